@@ -1,0 +1,23 @@
+# pgadvisory — the commands the README promises. `make help` lists them.
+GO       ?= go
+GOFLAGS  ?=
+TIMEOUT  ?= 30m
+
+.PHONY: help test test-unit lint bench
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## unit and integration tests (starts PostgreSQL and PgBouncer through the harness)
+	$(GO) test $(GOFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...
+
+test-unit: ## unit tests only, no servers
+	$(GO) test $(GOFLAGS) -short -race -count=1 -shuffle=on ./...
+
+lint: ## gofmt check and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: ## Go benchmarks (compare runs with benchstat)
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
