@@ -2,6 +2,7 @@
 GO       ?= go
 GOFLAGS  ?=
 TIMEOUT  ?= 30m
+TESTFLAGS ?=
 
 .PHONY: help test test-unit lint bench
 
@@ -9,7 +10,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 test: ## unit and integration tests (starts PostgreSQL and PgBouncer through the harness)
-	$(GO) test $(GOFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...
+	$(GO) test $(GOFLAGS) $(TESTFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...
 
 test-unit: ## unit tests only, no servers
 	$(GO) test $(GOFLAGS) -short -race -count=1 -shuffle=on ./...
