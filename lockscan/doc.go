@@ -1,0 +1,95 @@
+// Package lockscan finds PostgreSQL advisory-lock calls in SQL text,
+// classifies them (session or transaction level; lock, try-lock, unlock)
+// and rewrites session-level locks to their transaction-level twins.
+//
+// # Why
+//
+// A session-level advisory lock (pg_advisory_lock) belongs to the server
+// backend. Behind PgBouncer in transaction pooling, or on a *sql.DB whose
+// next statement may use another pooled connection, the lock leaks to
+// whoever gets that backend next. The pgadvisory driver and the
+// pgadvisoryvet analyzer both ask this package which statements take which
+// locks, so they agree exactly.
+//
+// # Scanning
+//
+//	calls, err := lockscan.Scan("SELECT pg_try_advisory_lock($1)")
+//	// calls[0].Func == "pg_try_advisory_lock", Scope == ScopeSession,
+//	// Op == OpTryLock, and query[calls[0].Start:calls[0].End] is the name
+//	// as written.
+//
+// Scan uses PostgreSQL's own parser (pg_query_go, PostgreSQL 17 grammar),
+// so a name inside a string constant, a comment, a dollar-quoted string, or
+// used as a column, table or alias is not a call. A call counts wherever an
+// expression can stand: target lists, WHERE, FROM (SELECT * FROM
+// pg_advisory_lock(1)), CTEs, subqueries, LATERAL, VALUES, CASE, function
+// arguments, RETURNING, INSERT/UPDATE/DELETE/MERGE, EXPLAIN ANALYZE,
+// PREPARE, CALL, COPY (query) TO, CREATE VIEW/RULE, and every statement of
+// a multi-statement string. Names are matched the way PostgreSQL resolves
+// them: any letter case for plain identifiers, exact lower case inside
+// quotes, U&"..." Unicode escapes with or without UESCAPE; unqualified or
+// qualified with pg_catalog (a function of the same name in another schema
+// is not an advisory lock).
+//
+// Function bodies are scanned too: DO blocks and CREATE FUNCTION/PROCEDURE
+// bodies in LANGUAGE sql (string bodies and the SQL-standard BEGIN ATOMIC
+// ... END form) and LANGUAGE plpgsql, the latter with PL/pgSQL's own parser,
+// whose embedded SQL statements and expressions are parsed again. Spans of
+// calls found in bodies are positions in the original query, whether the
+// body is written as $$...$$, '...' with doubled quotes, or E'...' with
+// escapes. A PL/pgSQL EXECUTE of a single string constant is scanned like
+// the body itself.
+//
+// # Dynamic SQL
+//
+// Some constructs run SQL text that only exists at run time. Scanner.Scan
+// reports them in Result.Dynamic so the caller can decide (the driver
+// treats them per its policy; the analyzer warns):
+//
+//   - DynamicExecute: PL/pgSQL EXECUTE, FOR ... IN EXECUTE, OPEN ... FOR
+//     EXECUTE, RETURN QUERY EXECUTE whose query is not one string constant
+//     (for example EXECUTE format('SELECT %I(1)', fn) or
+//     EXECUTE 'SELECT pg_advisory' || '_lock(1)').
+//   - DynamicDblink: dblink, dblink_exec, dblink_open, dblink_send_query, in
+//     any schema: they run SQL on a connection held by this backend.
+//   - DynamicQueryFunc: pg_catalog's query_to_xml, query_to_xmlschema,
+//     query_to_xml_and_xmlschema and ts_stat, which run a query given as
+//     text.
+//   - DynamicLanguage: a DO block or function body in any other language
+//     (plpython3u, plperl, pltcl, plv8, internal, c): opaque to us.
+//
+// A SQL-level format() or string concatenation is not reported: building
+// a string does not run it. A plain SQL EXECUTE of a prepared statement is
+// not reported either: its PREPARE was scanned when it was sent.
+//
+// # Limits
+//
+// The scanner sees text, not the catalog. It cannot see advisory locks
+// taken inside views, rules, triggers or user functions already defined in
+// the database (SELECT my_lock_helper(1) is invisible), nor by functions
+// reached through search_path tricks: an unqualified name is assumed to
+// resolve to pg_catalog, which is what PostgreSQL does unless pg_catalog is
+// placed explicitly after another schema in search_path. String bodies are
+// read with standard_conforming_strings on (the default since 9.1). Calls
+// inside a function body are reported when the function is created, not
+// when it runs: that is what a linter wants, and the driver treats a
+// CREATE FUNCTION with a session lock like the lock itself.
+//
+// # Speed
+//
+// Scanner.Scan first runs MayContainCall, a single allocation-free pass over
+// the bytes. Only a query that contains "advisory" (any case), "u&", a
+// backslash escape, or one of the dynamic-SQL keywords reaches the parser,
+// and parse results are kept in a bounded LRU cache keyed by query text.
+// An ordinary query costs about as much as a substring search. Syntax
+// errors are therefore only reported for queries that pass the pre-filter;
+// a query that cannot contain a call is never parsed.
+//
+// # Rewriting
+//
+// RewriteXact turns session-level locks and try-locks into the
+// transaction-level functions with the same arguments, by editing the
+// name spans only, and checks its own output by scanning it again. It
+// refuses (with an error) names it cannot rewrite by editing the span
+// alone, such as U&"..." names.
+package lockscan

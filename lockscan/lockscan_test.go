@@ -1,0 +1,189 @@
+package lockscan
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestSpansExact(t *testing.T) {
+	tests := []struct {
+		q          string
+		start, end int
+	}{
+		{"SELECT pg_advisory_lock(1)", 7, 23},
+		{"SELECT pg_catalog.pg_advisory_lock(1)", 18, 34},
+		{`SELECT "pg_advisory_lock"(1)`, 7, 25},
+		{`SELECT 'é', pg_advisory_lock(1)`, 13, 29}, // é is two bytes: offsets are bytes
+		{`DO 'BEGIN RAISE NOTICE ''x''; PERFORM pg_advisory_lock(1); END'`, 38, 54},
+		{"DO E'BEGIN PERFORM pg_\\x61dvisory_lock(1); END'", 19, 38},
+	}
+	for _, tt := range tests {
+		calls, err := Scan(tt.q)
+		if err != nil {
+			t.Fatalf("Scan(%q): %v", tt.q, err)
+		}
+		if len(calls) != 1 || calls[0].Start != tt.start || calls[0].End != tt.end {
+			t.Errorf("Scan(%q) = %+v, want one call at [%d,%d)", tt.q, calls, tt.start, tt.end)
+		}
+	}
+}
+
+func TestParseError(t *testing.T) {
+	tests := []struct {
+		q   string
+		pos int
+	}{
+		{"SELECT pg_advisory_lock(1) FROM WHERE", 32},
+		{"SELECT 'é', pg_advisory_lock(1) FROM WHERE", 38},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT pg_advisory_lock(1) FROM WHERE'", 81},
+	}
+	for _, tt := range tests {
+		_, err := Scan(tt.q)
+		var pe *ParseError
+		if !errors.As(err, &pe) {
+			t.Fatalf("Scan(%q) error = %v, want *ParseError", tt.q, err)
+		}
+		if pe.Pos != tt.pos {
+			t.Errorf("Scan(%q): Pos = %d (%q), want %d", tt.q, pe.Pos, tt.q[pe.Pos:], tt.pos)
+		}
+		if pe.Unwrap() == nil || !strings.Contains(err.Error(), "syntax error") {
+			t.Errorf("Scan(%q): error %q does not wrap the parser error", tt.q, err)
+		}
+	}
+}
+
+func TestStringsAndTwins(t *testing.T) {
+	if ScopeSession.String() != "session" || ScopeXact.String() != "xact" {
+		t.Error("Scope.String")
+	}
+	for op, want := range map[Op]string{OpLock: "lock", OpTryLock: "try_lock", OpUnlock: "unlock", OpUnlockAll: "unlock_all"} {
+		if op.String() != want {
+			t.Errorf("%d.String() = %q, want %q", int(op), op.String(), want)
+		}
+	}
+	for name, info := range advisoryFuncs {
+		c := Call{Func: name, Scope: info.scope, Op: info.op, Shared: info.shared}
+		twin := c.XactTwin()
+		switch {
+		case info.scope == ScopeSession && (info.op == OpLock || info.op == OpTryLock):
+			ti, ok := advisoryFuncs[twin]
+			if !ok || ti.scope != ScopeXact || ti.op != info.op || ti.shared != info.shared {
+				t.Errorf("%s: twin %q does not match", name, twin)
+			}
+		case twin != "":
+			t.Errorf("%s: twin %q, want none", name, twin)
+		}
+	}
+}
+
+func TestRewriteXactRefuses(t *testing.T) {
+	for _, q := range []string{
+		`SELECT U&"pg_\0061dvisory_lock"(1)`,
+		`DO E'BEGIN PERFORM pg_\x61dvisory_lock(1); END'`,
+		`SELECT pg_advisory_lock(1`,
+	} {
+		out, err := RewriteXact(q)
+		if err == nil {
+			t.Errorf("RewriteXact(%q) = %q, want an error", q, out)
+		}
+	}
+	q := "SELECT pg_advisory_unlock(1) -- nothing to do"
+	if out, err := RewriteXact(q); err != nil || out != q {
+		t.Errorf("RewriteXact(%q) = %q, %v; want it unchanged", q, out, err)
+	}
+}
+
+func TestScannerCacheAndStats(t *testing.T) {
+	s := NewScanner(2)
+	q := func(i int) string { return fmt.Sprintf("SELECT pg_advisory_lock(%d)", i) }
+	for _, i := range []int{1, 2, 1, 3, 2} { // 3 evicts 2 (1 was used more recently)
+		if _, err := s.Scan(q(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Scan("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Scan("SELECT pg_advisory_lock("); err == nil {
+		t.Fatal("want a syntax error")
+	}
+	got := s.Stats()
+	want := Stats{Prefiltered: 1, Hits: 1, Misses: 5, Errors: 1, Cached: 2}
+	if got != want {
+		t.Errorf("Stats = %+v, want %+v", got, want)
+	}
+	if _, err := NewScanner(-1).Scan(q(1)); err != nil {
+		t.Fatal(err)
+	}
+	if st := NewScanner(0); st.size != DefaultCacheSize {
+		t.Errorf("NewScanner(0) size = %d", st.size)
+	}
+}
+
+func TestScannerConcurrent(t *testing.T) {
+	s := NewScanner(8)
+	queries := []string{
+		"SELECT pg_advisory_lock(1)",
+		"SELECT 1",
+		"DO $$ BEGIN PERFORM pg_try_advisory_lock(2); END $$",
+		"CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_lock(3); END $$",
+		"SELECT pg_advisory_lock(",
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				q := queries[(g+i)%len(queries)]
+				r, err := s.Scan(q)
+				if (err != nil) != strings.HasSuffix(q, "(") {
+					t.Errorf("Scan(%q): %v", q, err)
+					return
+				}
+				if err == nil && strings.Contains(q, "advisory") && len(r.Calls) != 1 {
+					t.Errorf("Scan(%q) = %+v", q, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestNoAllocs(t *testing.T) {
+	q := benchPlain
+	s := NewScanner(16)
+	if n := testing.AllocsPerRun(100, func() { MayContainCall(q) }); n != 0 {
+		t.Errorf("MayContainCall allocates %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = s.Scan(q) }); n != 0 {
+		t.Errorf("Scanner.Scan of a plain query allocates %v times", n)
+	}
+	lq := "SELECT pg_advisory_lock(1)"
+	_, _ = s.Scan(lq)
+	if n := testing.AllocsPerRun(100, func() { _, _ = s.Scan(lq) }); n != 0 {
+		t.Errorf("Scanner.Scan cache hit allocates %v times", n)
+	}
+}
+
+func TestMayContainCallTriggers(t *testing.T) {
+	yes := []string{
+		"select PG_ADVISORY_lock(1)", `U&"x"`, `u&'x'`, `E'\x61'`, `E'\a'`, "ExEcUtE", "DBLINK_exec",
+		"LANGUAGE", "query_to_xml", "TS_STAT", "advisory",
+	}
+	no := []string{"", "SELECT 1", `LIKE 'a\_b'`, "adv isory", "u &", "execut", "lang uage", "select '\\'"}
+	for _, q := range yes {
+		if !MayContainCall(q) {
+			t.Errorf("MayContainCall(%q) = false", q)
+		}
+	}
+	for _, q := range no {
+		if MayContainCall(q) {
+			t.Errorf("MayContainCall(%q) = true", q)
+		}
+	}
+}
