@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"database/sql/driver"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+func init() {
+	register(command{name: "detect", summary: "tell which pool mode a DSN sits behind, with the evidence and recommended settings", run: runDetect})
+}
+
+// adminPasswordEnv holds the admin-console password, so it stays out of
+// the process list and shell history.
+const adminPasswordEnv = "PGADVISORY_ADMIN_PASSWORD"
+
+func runDetect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("detect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	adminUser := fs.String("admin-user", "", "PgBouncer admin-console user (password from $"+adminPasswordEnv+"); asks SHOW POOLS for the mode")
+	adminDSN := fs.String("admin-dsn", "", "PgBouncer admin-console DSN (instead of -admin-user)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: pgadvisory detect [-admin-user USER | -admin-dsn DSN] DSN")
+		fmt.Fprintln(stderr, "\nConnects once, as the pgadvisory driver would, and prints what it concludes.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"expected exactly one DSN argument"}
+	}
+	// The driver's fallback line goes to stderr; the conclusion to stdout.
+	opts := []pgadvisory.Option{pgadvisory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	switch {
+	case *adminDSN != "" && *adminUser != "":
+		return usageError{"give -admin-user or -admin-dsn, not both"}
+	case *adminDSN != "":
+		opts = append(opts, pgadvisory.WithAdminConsole(*adminDSN))
+	case *adminUser != "":
+		opts = append(opts, pgadvisory.WithAdminCredentials(*adminUser, os.Getenv(adminPasswordEnv)))
+	}
+	conn, err := pgadvisory.NewConnector(fs.Arg(0), opts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	dc, err := conn.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	pc, ok := dc.(interface {
+		driver.Conn
+		PoolMode() poolmode.Mode
+		Evidence() poolmode.Evidence
+	})
+	if !ok {
+		return fmt.Errorf("unexpected connection type %T", dc)
+	}
+	printDetection(stdout, pc.PoolMode(), pc.Evidence())
+	return nil
+}
+
+func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
+	var conclusion string
+	switch ev.Source {
+	case poolmode.SourceDeclared:
+		conclusion = fmt.Sprintf("%s (declared in the DSN; nothing detected)", m)
+	case poolmode.SourceBackendPID:
+		conclusion = "direct connection to PostgreSQL (no pooler)"
+	case poolmode.SourceAdminConsole:
+		conclusion = fmt.Sprintf("PgBouncer in %s pooling mode", m)
+	case poolmode.SourceParameterStatus:
+		conclusion = fmt.Sprintf("a pooler announcing %s pooling mode", m)
+	default:
+		conclusion = "an unidentified connection pooler (treated as transaction pooling, fail safe)"
+	}
+	fmt.Fprintf(w, "conclusion: %s\n", conclusion)
+	fmt.Fprintf(w, "pool mode:  %s\n", m)
+	fmt.Fprintln(w, "evidence:")
+	fmt.Fprintf(w, "  source: %s\n", ev.Source)
+	if ev.BackendKeyPID != 0 || ev.ServerPID != 0 {
+		verdict := "equal: the server itself answered"
+		if ev.PoolerSuspected {
+			verdict = "different: a pooler made up the BackendKeyData PID"
+		}
+		fmt.Fprintf(w, "  BackendKeyData PID %d, SELECT pg_backend_pid() = %d (%s)\n", ev.BackendKeyPID, ev.ServerPID, verdict)
+	}
+	if ev.ParameterStatus != "" {
+		fmt.Fprintf(w, "  ParameterStatus pool mode: %s\n", ev.ParameterStatus)
+	}
+	if ev.PgBouncerVersion != "" || ev.AdminPoolMode != "" {
+		fmt.Fprintf(w, "  admin console: server_version %s, SHOW POOLS pool_mode=%s for database %q user %q\n", ev.PgBouncerVersion, ev.AdminPoolMode, ev.Database, ev.User)
+	}
+	if ev.AdminError != "" {
+		fmt.Fprintf(w, "  admin console failed: %s\n", ev.AdminError)
+	}
+	fmt.Fprintln(w, "recommended settings:")
+	for _, r := range recommendations(m, ev) {
+		fmt.Fprintf(w, "  - %s\n", r)
+	}
+}
+
+func recommendations(m poolmode.Mode, ev poolmode.Evidence) []string {
+	var rs []string
+	switch m {
+	case poolmode.Direct, poolmode.Session:
+		rs = append(rs,
+			"session-level locks are safe on a dedicated *sql.Conn; on a pooled *sql.DB prefer transaction-level locks (advisory.WithXactLock) — the driver releases session locks left on a connection returned to the pool",
+			"pgx's default exec mode (cache_statement) is fine here")
+		if m == poolmode.Session && ev.Source != poolmode.SourceDeclared {
+			rs = append(rs, "add pgadvisory_pool_mode=session to the DSN to skip detection")
+		}
+	case poolmode.Transaction:
+		rs = append(rs,
+			"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock); session-level ones are refused (pgadvisory_policy=reject, the default) or rewritten inside transactions (pgadvisory_policy=rewrite)",
+			"default_query_exec_mode: leave it unset (the driver uses cache_describe) or choose cache_describe, exec or simple_protocol; set pgadvisory_prepared_statements=true only for PgBouncer >= 1.21 with max_prepared_statements > 0")
+		if ev.Source == poolmode.SourceFallback {
+			rs = append(rs, "if the pooler really runs in session mode, declare pgadvisory_pool_mode=session, or pass admin-console credentials (-admin-user, $"+adminPasswordEnv+") so the mode can be read from SHOW POOLS")
+		} else if ev.Source != poolmode.SourceDeclared {
+			rs = append(rs, "add pgadvisory_pool_mode=transaction to the DSN to skip detection")
+		}
+	case poolmode.Statement:
+		rs = append(rs,
+			"advisory locks cannot work behind statement pooling: no multi-statement transactions, and every lock ends with its statement; point lock users at a pool in transaction mode",
+			"default_query_exec_mode: leave it unset (the driver uses cache_describe) or choose exec or simple_protocol")
+	}
+	return rs
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+func TestDetectUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runDetect(context.Background(), nil, &out, &errb)
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Fatalf("no DSN: err = %v, want usageError", err)
+	}
+	err = runDetect(context.Background(), []string{"-admin-user", "a", "-admin-dsn", "x", "dsn"}, &out, &errb)
+	if !errors.As(err, &ue) {
+		t.Fatalf("both admin flags: err = %v, want usageError", err)
+	}
+	if err := runDetect(context.Background(), []string{"host=h pgadvisory_policy=nope"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "pgadvisory_policy") {
+		t.Fatalf("bad DSN parameter: err = %v", err)
+	}
+}
+
+func TestDetectAgainstHarness(t *testing.T) {
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session))
+	t.Setenv(adminPasswordEnv, c.AdminPassword())
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"direct", []string{c.DirectDSN()}, []string{"conclusion: direct connection to PostgreSQL", "pool mode:  direct", "source: backend_pid", "(equal"}},
+		{"transaction-no-admin", []string{c.DSN(pgbouncer.Transaction)}, []string{"unidentified connection pooler", "pool mode:  transaction", "different: a pooler", "pgadvisory_pool_mode=session"}},
+		{"transaction-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}, []string{"PgBouncer in transaction pooling mode", "pool_mode=transaction", "bouncer", "cache_describe"}},
+		{"session-admin-dsn", []string{"-admin-dsn", c.AdminDSN(pgbouncer.Session), c.DSN(pgbouncer.Session)}, []string{"PgBouncer in session pooling mode", "pool_mode=session"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if err := runDetect(t.Context(), tc.args, &out, &errb); err != nil {
+				t.Fatalf("%v\n%s", err, errb.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if strings.Contains(out.String()+errb.String(), c.AdminPassword()) {
+				t.Error("admin password printed")
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package pgadvisory
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// Sentinel errors. Every struct error of this package unwraps to one of them,
+// so errors.Is works on whatever database/sql hands back.
+var (
+	// ErrSessionLock: a session-level advisory lock function was refused
+	// because the connection's pool mode would leak the lock to another
+	// client. The statement was not sent.
+	ErrSessionLock = errors.New("pgadvisory: session-level advisory lock refused")
+
+	// ErrStatementPooling: the statement or transaction cannot work behind
+	// statement pooling (no multi-statement transactions, so no
+	// transaction-level lock outlives its statement). Nothing was sent.
+	ErrStatementPooling = errors.New("pgadvisory: not possible behind statement pooling")
+
+	// ErrDynamicSQL: the statement contains dynamic SQL (for example EXECUTE
+	// in a DO block) that may take an advisory lock the scanner cannot see,
+	// and the dynamic-SQL policy is reject. Nothing was sent.
+	ErrDynamicSQL = errors.New("pgadvisory: dynamic SQL refused")
+
+	// ErrUnsafeExecMode: the pgx query exec mode chosen in the DSN uses
+	// prepared statements or a two-round-trip describe, which break (or
+	// return another client's rows) behind transaction and statement
+	// pooling.
+	ErrUnsafeExecMode = errors.New("pgadvisory: query exec mode unsafe behind this pooler")
+
+	// ErrLeakedLock: a connection came back to the pool still holding
+	// advisory locks. It is reported through the error hook.
+	ErrLeakedLock = errors.New("pgadvisory: connection returned to the pool holding advisory locks")
+)
+
+// SessionLockError is returned, without contacting the server, for a
+// session-level advisory lock function called behind transaction or
+// statement pooling (policy reject, or rewrite outside a transaction).
+type SessionLockError struct {
+	// Func is the lock function as the scanner named it, e.g. "pg_advisory_lock".
+	Func string
+	// Query is the statement text that was refused.
+	Query string
+	// Position is the 1-based byte offset of the function name in Query
+	// (PostgreSQL's convention for error positions).
+	Position int
+	// Mode is the pool mode of the connection.
+	Mode poolmode.Mode
+	// Policy is the policy that refused the statement.
+	Policy Policy
+	// InTx reports whether the statement ran inside an explicit transaction.
+	InTx bool
+	// Twin is the transaction-level function to use instead ("" for unlocks).
+	Twin string
+}
+
+// Error says what was refused, why, and what to do instead.
+func (e *SessionLockError) Error() string {
+	instead := "take a transaction-level lock inside a transaction instead"
+	if e.Twin != "" {
+		instead = fmt.Sprintf("call %s inside a transaction instead", e.Twin)
+	}
+	why := "the lock would stay on a pooled server backend that other clients use"
+	if e.Twin == "" {
+		why = "the unlock would run on whichever server backend the pooler picks and may release another client's lock"
+	}
+	extra := ""
+	if e.Policy == PolicyRewrite && !e.InTx {
+		extra = " (policy rewrite only rewrites inside a transaction: in autocommit a transaction-level lock is released when the statement ends)"
+	}
+	return fmt.Sprintf("pgadvisory: %s at position %d refused under %s pooling: %s; %s, or use advisory.WithXactLock%s",
+		e.Func, e.Position, e.Mode, why, instead, extra)
+}
+
+// Unwrap returns ErrSessionLock.
+func (e *SessionLockError) Unwrap() error { return ErrSessionLock }
+
+// StatementPoolingError is returned, without contacting the server, for a
+// transaction or a transaction-level lock behind statement pooling.
+type StatementPoolingError struct {
+	// What was refused: "transaction" or a lock function name.
+	What string
+	// Query is the refused statement ("" for a transaction).
+	Query string
+	// Position is the 1-based byte offset of the function name (0 for a
+	// transaction).
+	Position int
+}
+
+// Error says what was refused and why.
+func (e *StatementPoolingError) Error() string {
+	if e.Query == "" {
+		return fmt.Sprintf("pgadvisory: %s refused: statement pooling gives every statement its own server backend, so multi-statement transactions cannot run; use a pool in transaction mode", e.What)
+	}
+	return fmt.Sprintf("pgadvisory: %s at position %d refused: behind statement pooling a transaction-level lock is released as soon as its statement ends; use a pool in transaction mode", e.What, e.Position)
+}
+
+// Unwrap returns ErrStatementPooling.
+func (e *StatementPoolingError) Unwrap() error { return ErrStatementPooling }
+
+// DynamicSQLError is returned, without contacting the server, when the
+// dynamic-SQL policy is reject and a statement contains a construct that may
+// run SQL the scanner cannot see.
+type DynamicSQLError struct {
+	// Kind is the scanner's name for the construct.
+	Kind string
+	// Query is the refused statement.
+	Query string
+	// Position is the 1-based byte offset of the construct.
+	Position int
+	// Mode is the pool mode of the connection.
+	Mode poolmode.Mode
+}
+
+// Error says what was refused and how to allow it.
+func (e *DynamicSQLError) Error() string {
+	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) at position %d refused under %s pooling: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
+		e.Kind, e.Position, e.Mode)
+}
+
+// Unwrap returns ErrDynamicSQL.
+func (e *DynamicSQLError) Unwrap() error { return ErrDynamicSQL }
+
+// LeakedLockError reports a connection that came back to the pool still
+// holding advisory locks (direct and session mode). It reaches the error
+// hook; database/sql never returns it to a caller.
+type LeakedLockError struct {
+	// Locks is the number of advisory locks (pg_locks rows) still held.
+	Locks int
+	// Action is what the driver did about it.
+	Action LeakAction
+	// Cause is set when releasing the locks failed (the connection is then
+	// discarded).
+	Cause error
+}
+
+// Error describes the leak.
+func (e *LeakedLockError) Error() string {
+	s := fmt.Sprintf("pgadvisory: connection returned to the pool holding %d advisory lock(s) taken with a session-level function; action: %s (release session locks before returning the connection, or use transaction-level locks)", e.Locks, e.Action)
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrLeakedLock and the cause, if any.
+func (e *LeakedLockError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrLeakedLock, e.Cause}
+	}
+	return []error{ErrLeakedLock}
+}

@@ -1,0 +1,426 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// Policy says what happens to a session-level advisory lock call behind
+// transaction or statement pooling. Direct and session mode always let lock
+// calls through.
+type Policy int
+
+const (
+	// PolicyReject refuses the statement with a *SessionLockError; nothing is
+	// sent. The default.
+	PolicyReject Policy = iota
+	// PolicyRewrite rewrites session-level lock calls to their
+	// transaction-level twins inside an explicit transaction (and turns the
+	// matching unlocks into no-ops that return true); outside a transaction
+	// it rejects like PolicyReject.
+	PolicyRewrite
+	// PolicyWarn logs the statement (slog, level WARN) and sends it as is.
+	PolicyWarn
+	// PolicyAllow sends the statement as is.
+	PolicyAllow
+)
+
+// DefaultPolicy is the policy when none is given.
+const DefaultPolicy = PolicyReject
+
+var policyNames = [...]string{PolicyReject: "reject", PolicyRewrite: "rewrite", PolicyWarn: "warn", PolicyAllow: "allow"}
+
+// String returns the name accepted by the pgadvisory_policy DSN parameter.
+func (p Policy) String() string {
+	if p < 0 || int(p) >= len(policyNames) {
+		return fmt.Sprintf("pgadvisory.Policy(%d)", int(p))
+	}
+	return policyNames[p]
+}
+
+// ParsePolicy parses "reject", "rewrite", "warn" or "allow".
+func ParsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if s == n {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("pgadvisory: unknown policy %q (accepted: %s)", s, strings.Join(policyNames[:], ", "))
+}
+
+// DynamicPolicy says what happens, behind transaction or statement pooling,
+// to a statement holding dynamic SQL the scanner cannot see into (for
+// example EXECUTE in a DO block): it may or may not take a session lock.
+type DynamicPolicy int
+
+const (
+	// DynamicWarn logs the statement and sends it. The default.
+	DynamicWarn DynamicPolicy = iota
+	// DynamicReject refuses it with a *DynamicSQLError.
+	DynamicReject
+	// DynamicAllow sends it silently.
+	DynamicAllow
+)
+
+var dynamicNames = [...]string{DynamicWarn: "warn", DynamicReject: "reject", DynamicAllow: "allow"}
+
+// String returns the name accepted by the pgadvisory_dynamic DSN parameter.
+func (d DynamicPolicy) String() string {
+	if d < 0 || int(d) >= len(dynamicNames) {
+		return fmt.Sprintf("pgadvisory.DynamicPolicy(%d)", int(d))
+	}
+	return dynamicNames[d]
+}
+
+// LeakAction says what ResetSession does with a connection that comes back
+// to the pool still holding advisory locks (direct and session mode).
+type LeakAction int
+
+const (
+	// LeakRelease runs pg_advisory_unlock_all() and keeps the connection.
+	// The default.
+	LeakRelease LeakAction = iota
+	// LeakDiscard closes the connection (the server then frees its locks).
+	LeakDiscard
+)
+
+var leakNames = [...]string{LeakRelease: "release", LeakDiscard: "discard"}
+
+// String returns the name accepted by the pgadvisory_leak_action DSN parameter.
+func (a LeakAction) String() string {
+	if a < 0 || int(a) >= len(leakNames) {
+		return fmt.Sprintf("pgadvisory.LeakAction(%d)", int(a))
+	}
+	return leakNames[a]
+}
+
+// DefaultSafeExecMode is the pgx query exec mode the driver uses behind
+// transaction and statement pooling when the DSN does not choose one. It
+// caches statement descriptions and runs every query on the unnamed
+// statement in one round trip: no named prepared statement is ever left on a
+// pooled backend. Measured correct with 8 clients × 150 queries through
+// PgBouncer 1.18 transaction pooling (so are exec and simple_protocol).
+const DefaultSafeExecMode = pgx.QueryExecModeCacheDescribe
+
+// DefaultScanCacheSize is the number of distinct statement texts whose scan
+// results a connector keeps.
+const DefaultScanCacheSize = 1024
+
+// Option configures a Connector. Options given in code override the same
+// setting in the DSN.
+type Option func(*config) error
+
+type config struct {
+	declared      poolmode.Mode
+	policy        Policy
+	dynamic       DynamicPolicy
+	leakAction    LeakAction
+	errorHook     func(context.Context, error)
+	logger        *slog.Logger
+	preparedOK    bool
+	safeExecMode  pgx.QueryExecMode
+	scanCacheSize int
+	admin         *pgconn.Config
+
+	// admin parts from the DSN, assembled in finish.
+	adminDSN, adminUser, adminPassword, adminHost, adminPort, adminDatabase string
+}
+
+func defaultConfig() config {
+	return config{policy: DefaultPolicy, safeExecMode: DefaultSafeExecMode, scanCacheSize: DefaultScanCacheSize}
+}
+
+// WithPoolMode declares the pool mode instead of detecting it. Unknown means
+// detect (the default).
+func WithPoolMode(m poolmode.Mode) Option {
+	return func(c *config) error {
+		if _, err := poolmode.Parse(m.String()); err != nil {
+			return fmt.Errorf("pgadvisory: WithPoolMode: %w", err)
+		}
+		c.declared = m
+		return nil
+	}
+}
+
+// WithPolicy sets the policy for session-level lock calls behind transaction
+// and statement pooling. Default PolicyReject.
+func WithPolicy(p Policy) Option {
+	return func(c *config) error {
+		if p < 0 || int(p) >= len(policyNames) {
+			return fmt.Errorf("pgadvisory: WithPolicy: unknown policy %d", int(p))
+		}
+		c.policy = p
+		return nil
+	}
+}
+
+// WithDynamicPolicy sets what happens to dynamic SQL behind transaction and
+// statement pooling. Default DynamicWarn.
+func WithDynamicPolicy(d DynamicPolicy) Option {
+	return func(c *config) error {
+		if d < 0 || int(d) >= len(dynamicNames) {
+			return fmt.Errorf("pgadvisory: WithDynamicPolicy: unknown dynamic policy %d", int(d))
+		}
+		c.dynamic = d
+		return nil
+	}
+}
+
+// WithLeakAction sets what ResetSession does with a connection that returns
+// to the pool holding advisory locks. Default LeakRelease.
+func WithLeakAction(a LeakAction) Option {
+	return func(c *config) error {
+		if a < 0 || int(a) >= len(leakNames) {
+			return fmt.Errorf("pgadvisory: WithLeakAction: unknown action %d", int(a))
+		}
+		c.leakAction = a
+		return nil
+	}
+}
+
+// WithErrorHook registers a function that receives errors the driver handles
+// on its own and that no caller would see, such as *LeakedLockError from
+// ResetSession. It must be safe for concurrent use.
+func WithErrorHook(f func(context.Context, error)) Option {
+	return func(c *config) error { c.errorHook = f; return nil }
+}
+
+// WithLogger sets the logger for warnings (policy warn, leaked locks, the
+// detection fallback). Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { c.logger = l; return nil }
+}
+
+// WithPreparedStatements declares that the pooler handles named prepared
+// statements (PgBouncer ≥ 1.21 with max_prepared_statements > 0): the driver
+// then keeps pgx's exec mode and server-side prepared statements behind
+// transaction pooling. DSN: pgadvisory_prepared_statements=true.
+func WithPreparedStatements(ok bool) Option {
+	return func(c *config) error { c.preparedOK = ok; return nil }
+}
+
+// WithSafeExecMode sets the exec mode used behind transaction and statement
+// pooling when the DSN chooses none. Only cache_describe, exec and
+// simple_protocol are accepted. Default DefaultSafeExecMode.
+func WithSafeExecMode(m pgx.QueryExecMode) Option {
+	return func(c *config) error {
+		if !safeExecMode(m) {
+			return fmt.Errorf("pgadvisory: WithSafeExecMode: %v is not safe behind transaction pooling (accepted: cache_describe, exec, simple_protocol)", m)
+		}
+		c.safeExecMode = m
+		return nil
+	}
+}
+
+// WithScanCacheSize sets how many distinct statement texts' scan results are
+// cached (only texts that mention an advisory function are scanned).
+func WithScanCacheSize(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("pgadvisory: WithScanCacheSize: negative size %d", n)
+		}
+		c.scanCacheSize = n
+		return nil
+	}
+}
+
+// WithAdminConsole gives the PgBouncer admin console to ask for the pool
+// mode during detection, as a connection string (database "pgbouncer").
+func WithAdminConsole(dsn string) Option {
+	return func(c *config) error {
+		cfg, err := pgconn.ParseConfig(dsn)
+		if err != nil {
+			return fmt.Errorf("pgadvisory: WithAdminConsole: %w", err) // pgconn redacts passwords
+		}
+		c.admin = cfg
+		return nil
+	}
+}
+
+// WithAdminCredentials gives a user and password for PgBouncer's admin
+// console on the application DSN's host and port (database "pgbouncer"),
+// like the pgadvisory_admin_user and pgadvisory_admin_password parameters.
+func WithAdminCredentials(user, password string) Option {
+	return func(c *config) error {
+		if user == "" {
+			return errors.New("pgadvisory: WithAdminCredentials: empty user")
+		}
+		c.adminUser, c.adminPassword = user, password
+		return nil
+	}
+}
+
+func safeExecMode(m pgx.QueryExecMode) bool {
+	return m == pgx.QueryExecModeCacheDescribe || m == pgx.QueryExecModeExec || m == pgx.QueryExecModeSimpleProtocol
+}
+
+// DSN parameters. All carry the prefix "pgadvisory_" and are removed before
+// pgx connects.
+const (
+	ParamPoolMode           = "pgadvisory_pool_mode"           // auto|direct|session|transaction|statement
+	ParamPolicy             = "pgadvisory_policy"              // reject|rewrite|warn|allow
+	ParamDynamic            = "pgadvisory_dynamic"             // warn|reject|allow
+	ParamLeakAction         = "pgadvisory_leak_action"         // release|discard
+	ParamPreparedStatements = "pgadvisory_prepared_statements" // true|false
+	ParamAdminDSN           = "pgadvisory_admin_dsn"           // full admin-console connection string
+	ParamAdminUser          = "pgadvisory_admin_user"
+	ParamAdminPassword      = "pgadvisory_admin_password"
+	ParamAdminHost          = "pgadvisory_admin_host"     // default: the DSN's host
+	ParamAdminPort          = "pgadvisory_admin_port"     // default: the DSN's port
+	ParamAdminDatabase      = "pgadvisory_admin_database" // default: pgbouncer
+)
+
+var secretParams = map[string]bool{ParamAdminPassword: true, ParamAdminDSN: true}
+
+var knownParams = []string{ParamPoolMode, ParamPolicy, ParamDynamic, ParamLeakAction, ParamPreparedStatements,
+	ParamAdminDSN, ParamAdminUser, ParamAdminPassword, ParamAdminHost, ParamAdminPort, ParamAdminDatabase}
+
+// paramError names the parameter and the accepted values; the value is left
+// out for secret parameters.
+func paramError(key, value, accepted string) error {
+	if secretParams[key] {
+		return fmt.Errorf("pgadvisory: invalid value for DSN parameter %s (accepted: %s)", key, accepted)
+	}
+	return fmt.Errorf("pgadvisory: invalid value %q for DSN parameter %s (accepted: %s)", value, key, accepted)
+}
+
+// takeParams removes every pgadvisory_* key from params (pgx puts unknown DSN
+// keys in RuntimeParams, for URL and keyword/value DSNs alike) and applies
+// them to c.
+func (c *config) takeParams(params map[string]string) error {
+	keys := make([]string, 0, 4)
+	for k := range params {
+		if strings.HasPrefix(k, "pgadvisory_") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := params[k]
+		delete(params, k)
+		if err := c.applyParam(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *config) applyParam(k, v string) error {
+	switch k {
+	case ParamPoolMode:
+		if v == "auto" {
+			c.declared = poolmode.Unknown
+			return nil
+		}
+		m, err := poolmode.Parse(v)
+		if err != nil || m == poolmode.Unknown {
+			return paramError(k, v, "auto, direct, session, transaction, statement")
+		}
+		c.declared = m
+	case ParamPolicy:
+		p, err := ParsePolicy(v)
+		if err != nil {
+			return paramError(k, v, strings.Join(policyNames[:], ", "))
+		}
+		c.policy = p
+	case ParamDynamic:
+		i := indexOf(dynamicNames[:], v)
+		if i < 0 {
+			return paramError(k, v, strings.Join(dynamicNames[:], ", "))
+		}
+		c.dynamic = DynamicPolicy(i)
+	case ParamLeakAction:
+		i := indexOf(leakNames[:], v)
+		if i < 0 {
+			return paramError(k, v, strings.Join(leakNames[:], ", "))
+		}
+		c.leakAction = LeakAction(i)
+	case ParamPreparedStatements:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return paramError(k, v, "true, false")
+		}
+		c.preparedOK = b
+	case ParamAdminDSN:
+		c.adminDSN = v
+	case ParamAdminUser:
+		c.adminUser = v
+	case ParamAdminPassword:
+		c.adminPassword = v
+	case ParamAdminHost:
+		c.adminHost = v
+	case ParamAdminPort:
+		if p, err := strconv.ParseUint(v, 10, 16); err != nil || p == 0 {
+			return paramError(k, v, "a TCP port number")
+		}
+		c.adminPort = v
+	case ParamAdminDatabase:
+		c.adminDatabase = v
+	default:
+		return fmt.Errorf("pgadvisory: unknown DSN parameter %s (known: %s)", k, strings.Join(knownParams, ", "))
+	}
+	return nil
+}
+
+func indexOf(names []string, v string) int {
+	for i, n := range names {
+		if n == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// buildAdmin assembles the admin-console config from the DSN parameters,
+// defaulting host and port to the application's connection.
+func (c *config) buildAdmin(host string, port uint16) error {
+	if c.admin != nil {
+		return nil
+	}
+	if c.adminDSN != "" {
+		cfg, err := pgconn.ParseConfig(c.adminDSN)
+		if err != nil {
+			return fmt.Errorf("pgadvisory: DSN parameter %s: %w", ParamAdminDSN, err) // pgconn redacts passwords
+		}
+		c.admin = cfg
+		return nil
+	}
+	if c.adminUser == "" {
+		if c.adminPassword != "" || c.adminHost != "" || c.adminPort != "" || c.adminDatabase != "" {
+			return fmt.Errorf("pgadvisory: DSN parameter %s is required with the other pgadvisory_admin_* parameters", ParamAdminUser)
+		}
+		return nil
+	}
+	if c.adminHost == "" {
+		c.adminHost = host
+	}
+	if c.adminPort == "" {
+		c.adminPort = strconv.Itoa(int(port))
+	}
+	if c.adminDatabase == "" {
+		c.adminDatabase = "pgbouncer"
+	}
+	kv := fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable",
+		quoteKV(c.adminHost), c.adminPort, quoteKV(c.adminDatabase), quoteKV(c.adminUser))
+	cfg, err := pgconn.ParseConfig(kv)
+	if err != nil {
+		return fmt.Errorf("pgadvisory: admin console settings: %w", err)
+	}
+	cfg.Password = c.adminPassword
+	c.admin = cfg
+	return nil
+}
+
+func quoteKV(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
