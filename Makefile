@@ -15,10 +15,12 @@ test: ## unit and integration tests (starts PostgreSQL and PgBouncer through the
 test-unit: ## unit tests only, no servers
 	$(GO) test $(GOFLAGS) -short -race -count=1 -shuffle=on ./...
 
-lint: ## gofmt check and go vet
+lint: ## gofmt, go vet, pgadvisoryvet over this module, and the vettool golden test
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./cmd/pgadvisoryvet -test=false ./...
+	sh lint/vetgolden.sh
 
 bench: ## Go benchmarks (compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt

@@ -1,0 +1,50 @@
+// Package tx: session locks inside transactions, with fixes.
+package tx
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jmoiron/sqlx"
+)
+
+func sqlTx(ctx context.Context, tx *sql.Tx) {
+	tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)             // want `tx: session-level pg_advisory_lock inside a transaction \(\*sql.Tx\) survives COMMIT`
+	tx.QueryRowContext(ctx, `SELECT pg_try_advisory_lock_shared($1)`) // want `use pg_try_advisory_xact_lock_shared`
+	tx.Exec("SELECT PG_ADVISORY_LOCK(1), pg_advisory_lock_shared(2)") // want `pg_advisory_lock inside` `pg_advisory_lock_shared inside`
+	tx.Exec("SELECT \"pg_advisory_lock\"(1)")                         // want `tx: session-level pg_advisory_lock`
+	tx.Exec(`SELECT "pg_advisory_lock"(1)`)                           // want `tx: session-level pg_advisory_lock`
+	tx.Exec("SELECT\tpg_advisory_lock(1)")                            // want `tx: session-level pg_advisory_lock`
+	// No fix: the unlock would be left behind.
+	tx.Exec("SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)") // want `tx: session-level pg_advisory_lock`
+	// No fix: the name is escaped.
+	tx.Exec("SELECT pg_\x61dvisory_lock(1)")                   // want `tx: session-level pg_advisory_lock`
+	tx.Prepare("SELECT pg_advisory_lock($1)")                  // want `tx: session-level pg_advisory_lock`
+	tx.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", 1)    // unlock inside a tx: the lock call is the finding
+	tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", 1) // already right
+}
+
+const lockQuery = "SELECT pg_advisory_lock($1)"
+
+func named(ctx context.Context, tx *sql.Tx) {
+	// No fix: the constant may be used elsewhere.
+	tx.ExecContext(ctx, lockQuery, 1) // want `tx: session-level pg_advisory_lock`
+}
+
+func sqlxTx(ctx context.Context, tx *sqlx.Tx) {
+	tx.MustExec(tx.Rebind("SELECT pg_advisory_lock(?)"), 1)       // want `inside a transaction \(\*sqlx.Tx\)`
+	tx.MustExecContext(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `inside a transaction \(\*sqlx.Tx\)`
+	tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `inside a transaction \(\*sqlx.Tx\)`
+}
+
+func pgxTx(ctx context.Context, tx pgx.Tx, ptx *pgxpool.Tx) {
+	tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `inside a transaction \(pgx.Tx\)`
+	tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `inside a transaction \(pgx.Tx\)`
+	tx.Prepare(ctx, "lock", "SELECT pg_advisory_lock($1)") // want `inside a transaction \(pgx.Tx\)`
+	ptx.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)        // want `inside a transaction \(\*pgxpool.Tx\)`
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_lock($1)", 1) // want `inside a transaction \(pgx.Tx \(via pgx.Batch\)\)`
+	tx.SendBatch(ctx, b)
+}

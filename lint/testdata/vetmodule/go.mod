@@ -1,0 +1,3 @@
+module example.com/vetmodule
+
+go 1.26
