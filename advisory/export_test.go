@@ -1,0 +1,4 @@
+package advisory
+
+// LocksSQL exposes the introspection query to the external tests.
+const LocksSQL = locksSQL

@@ -1,0 +1,98 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Token is a fencing token: a number that grows with every acquisition of
+// a lock taken WithFencing. Storage that remembers the highest token it has
+// accepted for a resource can refuse a write that carries a lower one.
+type Token int64
+
+// FencingSchema creates what WithFencing and CheckToken use, in the
+// current schema (search_path):
+//
+//   - pgadvisory_fencing_seq, the sequence tokens come from. CACHE 1 is
+//     required: with a per-session cache two sessions hand out values out of
+//     order.
+//   - pgadvisory_fence, the highest token accepted per resource.
+//
+// The statements are idempotent. Run them from your migrations, or call
+// CreateFencingSchema. FencingSchema is several statements separated by
+// semicolons; FencingSchemaStatements lists them one by one for drivers or
+// tools that run one statement per call.
+const FencingSchema = fencingSeqDDL + ";\n" + fencingTableDDL + ";\n"
+
+const (
+	fencingSeqDDL   = "CREATE SEQUENCE IF NOT EXISTS pgadvisory_fencing_seq AS bigint CACHE 1 NO CYCLE"
+	fencingTableDDL = "CREATE TABLE IF NOT EXISTS pgadvisory_fence (\n" +
+		"\tresource text PRIMARY KEY,\n" +
+		"\ttoken bigint NOT NULL,\n" +
+		"\tupdated_at timestamptz NOT NULL DEFAULT now()\n" +
+		")"
+)
+
+// FencingSchemaStatements returns the statements of FencingSchema, one per
+// element, without trailing semicolons.
+func FencingSchemaStatements() []string { return []string{fencingSeqDDL, fencingTableDDL} }
+
+// CreateFencingSchema runs FencingSchemaStatements on db.
+func CreateFencingSchema(ctx context.Context, db Querier) error {
+	for _, s := range FencingSchemaStatements() {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("advisory: create fencing schema (%s): %w", strings.SplitN(s, " (", 2)[0], err)
+		}
+	}
+	return nil
+}
+
+const (
+	// checkTokenSQL records token as the highest for resource unless a
+	// higher one is already there. ON CONFLICT DO UPDATE locks the row even
+	// when its WHERE is false, so a concurrent check for the same resource
+	// waits for this transaction and then re-reads the row.
+	checkTokenSQL = "INSERT INTO pgadvisory_fence AS f (resource, token) VALUES ($1, $2) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now() " +
+		"WHERE f.token <= EXCLUDED.token RETURNING f.token"
+	highestTokenSQL = "SELECT token FROM pgadvisory_fence WHERE resource = $1"
+)
+
+// CheckToken is the storage-side half of fencing. Call it in the same
+// transaction as the write it guards: it accepts the write when token is
+// not lower than the highest token recorded for resource, records token as
+// the new highest, and locks the resource's row until the transaction ends.
+// It returns a *StaleTokenError (matching ErrStaleToken) when a newer
+// holder has already written; roll the transaction back then.
+//
+// resource names what is written (a row, a file, an account), not the lock
+// key: several resources may be guarded by one lock. An equal token is
+// accepted so that one holder may write the same resource several times.
+//
+// The transaction that carries the check need not be the one that holds the
+// lock, and need not even run on the same database connection; it must run
+// on the database that holds pgadvisory_fence.
+func CheckToken(ctx context.Context, tx Querier, resource string, token Token) error {
+	if tx == nil {
+		return errors.New("advisory: CheckToken: nil transaction")
+	}
+	if _, ok := tx.(Beginner); ok {
+		return fmt.Errorf("advisory: CheckToken needs the transaction that writes the resource, got %T", tx)
+	}
+	var got int64
+	err := tx.QueryRowContext(ctx, checkTokenSQL, resource, int64(token)).Scan(&got)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("advisory: check fencing token for %q: %w", resource, err)
+	}
+	var highest int64
+	if err := tx.QueryRowContext(ctx, highestTokenSQL, resource).Scan(&highest); err != nil {
+		return fmt.Errorf("advisory: check fencing token for %q: read highest: %w", resource, err)
+	}
+	return &StaleTokenError{Resource: resource, Token: token, Highest: Token(highest)}
+}

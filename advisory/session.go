@@ -1,0 +1,271 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// PoolModer is implemented by driver connections that know the pool mode
+// between them and PostgreSQL. HoldSession asks for it through
+// (*sql.Conn).Raw; the pgadvisory driver's connection implements it.
+type PoolModer interface {
+	PoolMode() poolmode.Mode
+}
+
+// SQL of the session lock's life cycle.
+const (
+	backendPIDSQL  = "SELECT pg_backend_pid()"
+	healthCheckSQL = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() " +
+		"AND granted AND mode = $1 AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = $4)"
+)
+
+// SessionLock is a session-level advisory lock held on one dedicated
+// connection, for leader election and other long-lived ownership. Holding
+// is never guaranteed: the connection can break, the server can end the
+// session, an operator can terminate the backend. SessionLock checks the
+// connection and the lock every health interval and closes Done (and
+// cancels Context) as soon as it sees trouble, but between two checks the
+// lock may already be gone. Stop acting as the owner when Done closes, and
+// guard writes with fencing tokens (WithFencing, CheckToken) when a late
+// write would do harm.
+type SessionLock struct {
+	key      Key
+	shared   bool
+	pid      int
+	token    Token
+	interval time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex // guards conn use between health checks and Release
+	conn     *sql.Conn
+	released bool
+	stop     chan struct{}
+	loopDone chan struct{}
+}
+
+// HoldSession takes the session-level lock key (pg_advisory_lock) on a
+// connection it pins from db and keeps until Release. It waits as
+// XactLock does (WithTimeout and the context deadline bound the wait through
+// lock_timeout, set for that one statement), or fails at once with
+// ErrNotAcquired under NoWait.
+//
+// Session locks are only safe when the backend stays with the connection:
+// direct connections and session pooling. HoldSession asks the driver
+// connection for its pool mode (the PoolModer interface, implemented by the
+// pgadvisory driver); other drivers cannot tell, so declare the mode with
+// WithPoolMode. It refuses with a *PoolModeError (matching
+// ErrUnsafePoolMode) under transaction or statement pooling, and when the
+// mode is unknown.
+//
+// The context ctx bounds the acquisition only; the lock lives until Release
+// or loss. Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
+// WithHealthInterval.
+func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (*SessionLock, error) {
+	c, err := newConfig("HoldSession", optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("advisory: HoldSession: nil database handle")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, classify(ctx, "session lock", key, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("advisory: HoldSession: get connection: %w", err)
+	}
+	mode, source := c.mode, ""
+	if c.has(optPoolMode) {
+		source = "WithPoolMode"
+	}
+	if err := conn.Raw(func(dc any) error {
+		if pm, ok := dc.(PoolModer); ok {
+			if m := pm.PoolMode(); m != poolmode.Unknown {
+				mode, source = m, "driver"
+			}
+		}
+		return nil
+	}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("advisory: HoldSession: read pool mode: %w", err)
+	}
+	if !mode.SessionLocksSafe() {
+		conn.Close()
+		return nil, &PoolModeError{Mode: mode, Source: source}
+	}
+	l := &SessionLock{key: key, shared: c.has(optShared), interval: c.interval, conn: conn,
+		stop: make(chan struct{}), loopDone: make(chan struct{})}
+	if err := conn.QueryRowContext(ctx, backendPIDSQL).Scan(&l.pid); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("advisory: HoldSession: read backend pid: %w", err)
+	}
+	ok, err := acquire(ctx, conn, key, c, true)
+	if err == nil && !ok {
+		err = &LockError{Op: "session lock", Key: key, Kind: ErrNotAcquired}
+	}
+	if err != nil {
+		// The lock may have been granted before a later step failed (the
+		// fencing token): never hand such a connection back to the pool.
+		discard(conn)
+		if le := (*LockError)(nil); errors.As(err, &le) && le.Op == "lock" {
+			le.Op = "session lock"
+		}
+		return nil, err
+	}
+	if c.has(optFencing) {
+		l.token = *c.token
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	go l.watch()
+	return l, nil
+}
+
+// discard closes conn's driver connection instead of returning it to the
+// pool: database/sql drops a connection whose Raw callback reports
+// driver.ErrBadConn.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// Key returns the lock key.
+func (l *SessionLock) Key() Key { return l.key }
+
+// PID returns the server process that holds the lock (pg_backend_pid of
+// the pinned connection).
+func (l *SessionLock) PID() int { return l.pid }
+
+// Token returns the fencing token read when the lock was granted (zero
+// without WithFencing).
+func (l *SessionLock) Token() Token { return l.token }
+
+// Done returns a channel that closes when the lock may have been lost or
+// has been released.
+func (l *SessionLock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context that is canceled when the lock may have been
+// lost or has been released; context.Cause tells which (an error matching
+// ErrLockLost, or ErrReleased). It carries the values of the context
+// passed to HoldSession. Run the owner's work under it.
+func (l *SessionLock) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lock is believed held, an error matching
+// ErrLockLost once it may be lost, and ErrReleased after Release.
+func (l *SessionLock) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// ErrReleased is the cause of a SessionLock's context after Release.
+var ErrReleased = errors.New("advisory: session lock released")
+
+func (l *SessionLock) watch() {
+	defer close(l.loopDone)
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		if err := l.check(); err != nil {
+			l.mu.Lock()
+			if !l.released {
+				l.cancel(err)
+				// The backend may still hold the lock (a failed query
+				// on a live connection): drop the connection so the
+				// server releases it, rather than pooling it.
+				discard(l.conn)
+				l.released = true
+			}
+			l.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (l *SessionLock) check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.interval)
+	defer cancel()
+	mode := "ExclusiveLock"
+	if l.shared {
+		mode = "ShareLock"
+	}
+	c, o, s := l.key.lockIDs()
+	var held bool
+	if err := l.conn.QueryRowContext(ctx, healthCheckSQL, mode, c, o, int64(s)).Scan(&held); err != nil {
+		return &LockError{Op: "health check", Key: l.key, Kind: ErrLockLost, Err: err}
+	}
+	if !held {
+		return &LockError{Op: "health check", Key: l.key, Kind: ErrLockLost,
+			Err: errors.New("pg_locks shows the lock is no longer held by this session")}
+	}
+	return nil
+}
+
+// Release stops the health checks, unlocks with pg_advisory_unlock and
+// checks its result: false means the session did not hold the lock (it was
+// lost, or released behind this package's back), which is reported as an
+// error matching ErrLockLost. The connection goes back to the pool only
+// after a clean unlock; otherwise it is closed, which ends the server
+// session and any lock it still had. Release after a loss returns the loss;
+// a second Release returns nil.
+func (l *SessionLock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		<-l.loopDone
+		if err := context.Cause(l.ctx); err != nil && !errors.Is(err, ErrReleased) {
+			return err
+		}
+		return nil
+	}
+	l.released = true
+	close(l.stop)
+	l.mu.Unlock()
+	<-l.loopDone
+	defer l.cancel(ErrReleased)
+
+	q, args := buildUnlock(l.key, l.shared)
+	var ok bool
+	if err := l.conn.QueryRowContext(ctx, q, args...).Scan(&ok); err != nil {
+		discard(l.conn)
+		return &LockError{Op: "unlock", Key: l.key, Kind: ErrLockLost, Err: err}
+	}
+	if !ok {
+		discard(l.conn)
+		return &LockError{Op: "unlock", Key: l.key, Kind: ErrLockLost,
+			Err: errors.New("pg_advisory_unlock returned false: this session did not hold the lock")}
+	}
+	if err := l.conn.Close(); err != nil {
+		return fmt.Errorf("advisory: release key %v: return connection: %w", l.key, err)
+	}
+	return nil
+}
+
+// buildUnlock returns the session unlock statement for key.
+func buildUnlock(key Key, shared bool) (string, []any) {
+	fn := "pg_advisory_unlock"
+	if shared {
+		fn += "_shared"
+	}
+	return "SELECT " + fn + "(" + key.placeholders(1) + ")", key.args()
+}

@@ -1,0 +1,307 @@
+package advisory
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Querier runs statements. *sql.Tx, *sqlx.Tx, *sql.Conn, *sql.DB and
+// *sqlx.DB satisfy it; the transaction-lock functions need a transaction
+// and refuse the others.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Beginner begins transactions. *sql.DB, *sql.Conn and *sqlx.DB satisfy it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// SQL run besides the lock statement; fixed text, values travel as
+// bind parameters.
+const (
+	restoreLockTimeoutSQL = "SELECT set_config('lock_timeout', $1, true)"
+	nextTokenSQL          = "SELECT nextval('pgadvisory_fencing_seq')"
+)
+
+// WithXactLock begins a transaction on db, takes the transaction-level lock
+// key in it, runs fn, and commits when fn returns nil. It rolls back when
+// the lock is not granted, when fn returns an error and when fn panics (the
+// panic is re-raised after the rollback). The lock is released by the
+// commit or rollback, or by the server if the client dies, so it is safe
+// behind PgBouncer in transaction mode.
+//
+// The lock is held while fn runs and no longer. fn must use tx, not db, for
+// the work the lock protects. fn may end the transaction itself; the
+// resulting sql.ErrTxDone of the final rollback is ignored.
+//
+// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
+// RestoreLockTimeout, WithTxOptions.
+func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...LockOption) (err error) {
+	c, err := newConfig("WithXactLock", optTimeout|optShared|optNoWait|optLease|optFencing|optRestore|optTxOptions, opts)
+	if err != nil {
+		return err
+	}
+	if db == nil || fn == nil {
+		return errors.New("advisory: WithXactLock: nil database handle or callback")
+	}
+	// Fail fast on an expired context before opening a transaction.
+	if _, err := waitLimit(ctx, key, c); err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, c.txOpts)
+	if err != nil {
+		return fmt.Errorf("advisory: begin transaction for lock key %v: %w", key, err)
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		p := recover()
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) && p == nil {
+			err = errors.Join(err, fmt.Errorf("advisory: rollback (lock key %v): %w", key, rbErr))
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	ok, err := acquire(ctx, tx, key, c, false)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &LockError{Op: "lock", Key: key, Kind: ErrNotAcquired}
+	}
+	if err = fn(ctx, tx); err != nil {
+		return leaseLost(key, err)
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return leaseLost(key, fmt.Errorf("advisory: commit (lock key %v): %w", key, err))
+	}
+	return nil
+}
+
+// sqlStateIdleInTxTimeout is the FATAL error of a session ended by
+// idle_in_transaction_session_timeout, which is how a lease expires.
+const sqlStateIdleInTxTimeout = "25P03"
+
+// leaseLost marks an error caused by an expired lease as ErrLockLost, so
+// the holder can tell "my lock was taken from me" from other failures.
+func leaseLost(key Key, err error) error {
+	var st sqlStater
+	if errors.As(err, &st) && st.SQLState() == sqlStateIdleInTxTimeout {
+		return &LockError{Op: "hold", Key: key, Kind: ErrLockLost, Err: err}
+	}
+	return err
+}
+
+// XactLock takes the transaction-level lock key inside the transaction tx
+// and returns once it is granted. The lock is released when tx commits or
+// rolls back. Errors are *LockError values matching ErrLockTimeout,
+// ErrDeadlock or (with NoWait) ErrNotAcquired. After an error other than
+// ErrNotAcquired the server has aborted the transaction: roll it back.
+//
+// tx must be a transaction (*sql.Tx, *sqlx.Tx): a handle that can begin
+// transactions (*sql.DB, *sql.Conn) is refused, because there the lock would
+// be released as soon as the statement ends.
+//
+// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
+// RestoreLockTimeout.
+func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) error {
+	c, err := newConfig("XactLock", optTimeout|optShared|optNoWait|optLease|optFencing|optRestore, opts)
+	if err != nil {
+		return err
+	}
+	if err := needTx("XactLock", tx); err != nil {
+		return err
+	}
+	ok, err := acquire(ctx, tx, key, c, false)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &LockError{Op: "lock", Key: key, Kind: ErrNotAcquired}
+	}
+	return nil
+}
+
+// TryXactLock tries to take the transaction-level lock key inside tx
+// without waiting. It returns false, nil when another session holds the
+// lock (in a conflicting mode).
+//
+// Options: Shared, WithLease, WithFencing (the token is set only when the
+// lock is granted).
+func TryXactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (bool, error) {
+	c, err := newConfig("TryXactLock", optShared|optLease|optFencing, opts)
+	if err != nil {
+		return false, err
+	}
+	if err := needTx("TryXactLock", tx); err != nil {
+		return false, err
+	}
+	c.set |= optNoWait
+	return acquire(ctx, tx, key, c, false)
+}
+
+func needTx(fn string, q Querier) error {
+	if q == nil {
+		return fmt.Errorf("advisory: %s: nil transaction", fn)
+	}
+	if _, ok := q.(Beginner); ok {
+		return fmt.Errorf("advisory: %s needs a transaction (*sql.Tx, *sqlx.Tx), got %T: "+
+			"outside a transaction the lock is released when the statement ends; use WithXactLock", fn, q)
+	}
+	return nil
+}
+
+// lockStmt is one lock statement: text, bind arguments and the shape of its
+// result row.
+type lockStmt struct {
+	query   string
+	args    []any
+	readOld bool // first column is the previous lock_timeout
+	try     bool // last column is the boolean of a try function
+}
+
+// buildLock assembles the lock statement from fixed fragments. timeout and
+// lease are lock_timeout and idle_in_transaction_session_timeout values
+// ("" = leave alone).
+func buildLock(key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
+	var cols []string
+	var args []any
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	st := lockStmt{try: try}
+	if timeout != "" {
+		if readOld {
+			cols = append(cols, "current_setting('lock_timeout')")
+			st.readOld = true
+		}
+		cols = append(cols, "set_config('lock_timeout', "+param(timeout)+", true)")
+	}
+	if lease != "" {
+		cols = append(cols, "set_config('idle_in_transaction_session_timeout', "+param(lease)+", true)")
+	}
+	fn := "pg_"
+	if try {
+		fn += "try_"
+	}
+	fn += "advisory_"
+	if !session {
+		fn += "xact_"
+	}
+	fn += "lock"
+	if shared {
+		fn += "_shared"
+	}
+	cols = append(cols, fn+"("+key.placeholders(len(args)+1)+")")
+	args = append(args, key.args()...)
+	st.query = "SELECT " + strings.Join(cols, ", ")
+	st.args = args
+	return st
+}
+
+// millis renders d as a PostgreSQL duration in whole milliseconds, rounded
+// up (a positive duration never becomes '0', which means "no limit") and
+// capped at the largest value the settings accept.
+func millis(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms < 1 {
+		ms = 1
+	}
+	if ms > math.MaxInt32 {
+		ms = math.MaxInt32
+	}
+	return strconv.FormatInt(int64(ms), 10) + "ms"
+}
+
+// waitLimit returns the lock_timeout to send ("" for none): the sooner of
+// WithTimeout and the context deadline. An expired or canceled context is an
+// error, before anything is sent.
+func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", classify(ctx, "lock", key, err)
+	}
+	if c.has(optNoWait) {
+		return "", nil
+	}
+	d, have := c.timeout, c.has(optTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl)
+		if rem <= 0 {
+			return "", classify(ctx, "lock", key, context.DeadlineExceeded)
+		}
+		if !have || rem < d {
+			d, have = rem, true
+		}
+	}
+	if !have {
+		return "", nil
+	}
+	return millis(d), nil
+}
+
+// acquire runs the lock statement (and the optional restore and fencing
+// statements) on q. It reports false when a NoWait lock was not granted.
+func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (bool, error) {
+	timeout, err := waitLimit(ctx, key, c)
+	if err != nil {
+		return false, err
+	}
+	lease := ""
+	if c.has(optLease) {
+		lease = millis(c.lease)
+	}
+	st := buildLock(key, session, c.has(optShared), c.has(optNoWait), timeout, lease, c.has(optRestore))
+	var (
+		old, discard string
+		lockResult   any
+		got          sql.NullBool
+	)
+	dest := []any{}
+	if st.readOld {
+		dest = append(dest, &old)
+	}
+	if timeout != "" {
+		dest = append(dest, &discard)
+	}
+	if lease != "" {
+		dest = append(dest, &discard)
+	}
+	if st.try {
+		dest = append(dest, &got)
+	} else {
+		dest = append(dest, &lockResult)
+	}
+	if err := q.QueryRowContext(ctx, st.query, st.args...).Scan(dest...); err != nil {
+		return false, classify(ctx, "lock", key, err)
+	}
+	if st.try && !got.Bool {
+		return false, nil
+	}
+	if st.readOld {
+		if _, err := q.ExecContext(ctx, restoreLockTimeoutSQL, old); err != nil {
+			return false, &LockError{Op: "restore lock_timeout after lock", Key: key, Err: err}
+		}
+	}
+	if c.has(optFencing) {
+		var t int64
+		if err := q.QueryRowContext(ctx, nextTokenSQL).Scan(&t); err != nil {
+			return false, &LockError{Op: "read fencing token after lock", Key: key, Err: err}
+		}
+		*c.token = Token(t)
+	}
+	return true, nil
+}
