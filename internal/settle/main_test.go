@@ -1,0 +1,19 @@
+package settle_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/pgadvisory/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+var cluster *pgbouncer.Cluster
+
+func TestMain(m *testing.M) {
+	// Worker processes are this test binary, re-executed.
+	if settle.IsWorker() {
+		os.Exit(settle.WorkerMain())
+	}
+	os.Exit(pgbouncer.Main(m, &cluster))
+}
