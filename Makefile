@@ -4,10 +4,13 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help test test-unit lint bench
+.PHONY: help demo test test-unit lint bench
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+demo: ## the main job: double payments through PgBouncer, then pgadvisory preventing them
+	$(GO) run ./cmd/pgadvisory demo
 
 test: ## unit and integration tests (starts PostgreSQL and PgBouncer through the harness)
 	$(GO) test $(GOFLAGS) $(TESTFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...

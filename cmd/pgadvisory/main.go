@@ -29,6 +29,8 @@ type command struct {
 	// run executes the command with the arguments after its name. An error
 	// of type usageError prints the command's usage and exits 2.
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// hidden commands are not listed by help (internal plumbing).
+	hidden bool
 }
 
 var commands = map[string]command{}
@@ -68,9 +70,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := c.run(ctx, args[1:], stdout, stderr)
 	var ue usageError
+	var ec exitCode
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &ec):
+		return int(ec)
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
@@ -86,8 +91,10 @@ func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "pgadvisory: PostgreSQL advisory locks that are safe behind connection poolers")
 	fmt.Fprintln(w, "\nUsage: pgadvisory <command> [flags] [args]\n\nCommands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {

@@ -108,9 +108,7 @@ func (w *Worker) Process(ctx context.Context, deliveries []int64) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, pgadvisory.ErrSessionLock) {
-				// A refusal by the driver is not transient: the SQL
-				// itself is unsafe here.
+			if permanent(err) {
 				return err
 			}
 			w.emit(StepRetry, ev, err.Error())
@@ -281,6 +279,17 @@ func (w *Worker) settleUnsafe(ctx context.Context, ev int64) (Step, string, erro
 		return "", "", errors.Join(err, unlock())
 	}
 	return StepSettled, "", unlock()
+}
+
+// permanent reports errors that no retry can heal: a refusal by the driver
+// (the SQL itself is unsafe here), and SQLSTATE class 42 (syntax errors,
+// missing privileges, undefined objects).
+func permanent(err error) bool {
+	if errors.Is(err, pgadvisory.ErrSessionLock) {
+		return true
+	}
+	var st interface{ SQLState() string }
+	return errors.As(err, &st) && strings.HasPrefix(st.SQLState(), "42")
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
