@@ -4,7 +4,7 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help demo test test-unit lint bench
+.PHONY: help demo test test-unit lint bench faults
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -27,3 +27,8 @@ lint: ## gofmt, go vet, pgadvisoryvet over this module, and the vettool golden t
 
 bench: ## Go benchmarks (compare runs with benchstat)
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+
+faults: ## run the fault-injection tests and print their results as the README's table
+	@rm -f out/faults.jsonl; mkdir -p out
+	PGADVISORY_FAULT_REPORT=$(CURDIR)/out/faults.jsonl $(GO) test -count=1 -run 'TestFault' ./internal/settle/
+	@$(GO) run ./internal/settle/faulttable out/faults.jsonl
