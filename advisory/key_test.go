@@ -112,7 +112,8 @@ func TestMillis(t *testing.T) {
 		{time.Millisecond, "1ms"},
 		{time.Millisecond + time.Nanosecond, "2ms"},
 		{1500 * time.Millisecond, "1500ms"},
-		{100 * 24 * time.Hour, "2147483647ms"}, // capped at the setting's maximum
+		{100 * 24 * time.Hour, "2147483647ms"},         // capped at the setting's maximum
+		{time.Duration(math.MaxInt64), "2147483647ms"}, // no overflow into a tiny timeout
 	}
 	for _, c := range cases {
 		if got := millis(c.d); got != c.want {

@@ -217,12 +217,14 @@ func buildLock(key Key, session, shared, try bool, timeout, lease string, readOl
 // up (a positive duration never becomes '0', which means "no limit") and
 // capped at the largest value the settings accept.
 func millis(d time.Duration) string {
+	// lock_timeout is an int4 of milliseconds; clamp before rounding up so
+	// that a huge duration cannot overflow into a tiny one.
+	if d > math.MaxInt32*time.Millisecond {
+		return strconv.FormatInt(math.MaxInt32, 10) + "ms"
+	}
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	if ms < 1 {
 		ms = 1
-	}
-	if ms > math.MaxInt32 {
-		ms = math.MaxInt32
 	}
 	return strconv.FormatInt(int64(ms), 10) + "ms"
 }
