@@ -79,8 +79,9 @@
 //
 // Scanner.Scan first runs MayContainCall, a single allocation-free pass over
 // the bytes. Only a query that contains "advisory" (any case), "u&", a
-// backslash escape, or one of the dynamic-SQL keywords reaches the parser,
-// and parse results are kept in a bounded LRU cache keyed by query text.
+// backslash escape, one of the dynamic-SQL keywords, or a string constant
+// continued on the next line reaches the parser, and parse results are
+// kept in a bounded LRU cache keyed by query text.
 // An ordinary query costs about as much as a substring search. Syntax
 // errors are therefore only reported for queries that pass the pre-filter;
 // a query that cannot contain a call is never parsed.

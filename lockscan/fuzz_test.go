@@ -39,6 +39,15 @@ var fuzzSeeds = map[string][]string{
 		`DO $$ BEGIN EXECUTE format('SELECT %s', 1); END $$`,
 		`CREATE FUNCTION f() RETURNS void LANGUAGE plpython3u AS $$ plpy.execute("x") $$`,
 	},
+	"continuation": {
+		"DO 'BEGIN PERFORM pg_advis'\n'ory_lock(1); END'", "DO E'BEGIN PERFORM pg_advis'\r\n  'ory_lock(1); END'",
+		"DO $$ BEGIN DO 'BEGIN PERFORM pg_a''\n-- c\n''dvisory_lock(1); END'; END $$",
+		"DO E'BEGIN DO \\'BEGIN PERFORM pg_advis\\'\n\\'ory_lock(1); END\\'; END'",
+	},
+	"escaped-punctuation": {
+		`DO E'BEGIN PERFORM ts\_stat(\'select 1\'); END'`, `DO E'BEGIN PERFORM query\_to\_xml(\'select 1\', true, true, \'\'); END'`,
+		`DO E'BEGIN PERFORM U\&"pg_!0061dvisory_lock" UESCAPE \'!\'(1); END'`,
+	},
 	"plain": {
 		benchPlain, benchLock, `SELECT pg_advisory_lock($1); SELECT pg_advisory_unlock($1)`, `SELECT dblink_exec('c', 'x')`,
 	},

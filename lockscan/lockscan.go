@@ -206,7 +206,9 @@ func NewScanner(cacheSize int) *Scanner {
 	s := &Scanner{size: cacheSize}
 	if cacheSize > 0 {
 		s.ll = list.New()
-		s.items = make(map[string]*list.Element, cacheSize)
+		// A capacity hint, capped: NewScanner(1<<40) must not try to
+		// allocate the whole map up front (it panicked before).
+		s.items = make(map[string]*list.Element, min(cacheSize, DefaultCacheSize))
 	}
 	return s
 }

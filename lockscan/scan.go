@@ -73,8 +73,13 @@ type scanner struct {
 }
 
 func scanQuery(query string) (Result, error) {
+	if i := strings.IndexByte(query, 0); i >= 0 {
+		// libpg_query takes a C string and would scan only the text before
+		// the NUL; PostgreSQL rejects NUL in query text altogether.
+		return Result{}, &ParseError{Msg: "query contains a NUL byte (PostgreSQL rejects NUL in query text)", Pos: i}
+	}
 	var sc scanner
-	if _, err := sc.sql(query, identity, 0); err != nil {
+	if _, err := sc.sql(query, identity, 0, false); err != nil {
 		return Result{}, err
 	}
 	slices.SortStableFunc(sc.res.Calls, func(a, b Call) int { return a.Start - b.Start })
@@ -103,10 +108,14 @@ func parseErr(what string, err error, text string, m mapping) error {
 }
 
 // sql parses text (a query or a fragment mapped by m) and records calls and
-// dynamic constructs. It returns the parse tree.
-func (sc *scanner) sql(text string, m mapping, depth int) (*jval, error) {
+// dynamic constructs. It returns the parse tree when keepTree is set, else
+// nil.
+func (sc *scanner) sql(text string, m mapping, depth int, keepTree bool) (*jval, error) {
 	if depth > maxDepth {
 		return nil, &ParseError{Msg: "function bodies nested too deeply", Pos: m.start(0)}
+	}
+	if err := nestingError(text, m); err != nil {
+		return nil, err
 	}
 	js, err := pg_query.ParseToJSON(text)
 	if err != nil {
@@ -116,33 +125,68 @@ func (sc *scanner) sql(text string, m mapping, depth int) (*jval, error) {
 		}
 		return nil, parseErr(what, err, text, m)
 	}
-	root, err := parseJSON(js)
-	if err != nil {
-		return nil, &ParseError{Msg: "cannot read parse tree", Pos: -1, Err: err}
+	var root *jval
+	if keepTree {
+		r, err := parseJSON(js)
+		if err != nil {
+			return nil, treeErr(err)
+		}
+		root = &r
 	}
-	stmts, _ := root.get("stmts")
-	if stmts == nil {
-		return &root, nil
-	}
-	for i := range stmts.arr {
-		st := &stmts.arr[i]
-		loc, _ := st.get("stmt_location")
-		ln, _ := st.get("stmt_len")
-		s := loc.int(0)
-		e := len(text)
-		if l := ln.int(0); l > 0 {
-			e = s + l
+	// Walk the statements without building their trees: only the members
+	// the walker handles are built (see jparser.forEach).
+	p := jparser{s: js}
+	err = p.statements(func(at, loc, length int) error {
+		s, e := loc, len(text)
+		if length > 0 {
+			e = s + length
 		}
 		if s < 0 || e > len(text) || s > e {
-			return nil, &ParseError{Msg: "parser returned a bad statement span", Pos: -1}
+			return &ParseError{Msg: "parser returned a bad statement span", Pos: -1}
+		}
+		if at < 0 {
+			return nil
 		}
 		w := walker{sc: sc, text: text, m: m, depth: depth, stmtStart: s, stmtEnd: e}
-		if err := w.walk(st); err != nil {
+		next := p.i
+		p.i = at
+		err := p.forEach(0, &walkSpec{want: walkedKey, keep: funcCallKey, fn: w.member})
+		p.i = next
+		return err
+	})
+	if err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) {
 			return nil, err
 		}
+		return nil, treeErr(err)
 	}
-	return &root, nil
+	return root, nil
 }
+
+// treeErr wraps an error of the JSON reader.
+func treeErr(err error) error {
+	if errors.Is(err, errJSONDepth) {
+		err = ErrTooComplex
+	}
+	return &ParseError{Msg: "cannot read parse tree", Pos: -1, Err: err}
+}
+
+// walkedKey tells jparser.forEach which members the walker handles: for a
+// FuncCall only its name and location are built (calls nested in its
+// arguments, filter or window are found by forEach itself); bodies are
+// built whole.
+func walkedKey(k string) int {
+	switch k {
+	case "FuncCall", "funccall":
+		return wantShallow
+	case "DoStmt", "CreateFunctionStmt":
+		return wantTree
+	}
+	return wantNone
+}
+
+func funcCallKey(k string) bool { return k == "funcname" || k == "location" }
 
 type walker struct {
 	sc                 *scanner
@@ -162,25 +206,29 @@ func (w *walker) walk(v *jval) error {
 		}
 	case jObj:
 		for i := range v.obj {
-			f := &v.obj[i]
-			var err error
-			switch f.key {
-			case "FuncCall", "funccall": // CallStmt.funccall is a bare FuncCall
-				err = w.funcCall(&f.val)
-			case "DoStmt":
-				err = w.body(&f.val, "args", "plpgsql")
-			case "CreateFunctionStmt":
-				err = w.body(&f.val, "options", "sql")
-			}
-			if err != nil {
-				return err
-			}
-			if err := w.walk(&f.val); err != nil {
+			if err := w.member(v.obj[i].key, &v.obj[i].val); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// member handles one object member (see walkedKey) and walks its value.
+func (w *walker) member(key string, val *jval) error {
+	var err error
+	switch key {
+	case "FuncCall", "funccall": // CallStmt.funccall is a bare FuncCall
+		err = w.funcCall(val)
+	case "DoStmt":
+		err = w.body(val, "args", "plpgsql")
+	case "CreateFunctionStmt":
+		err = w.body(val, "options", "sql")
+	}
+	if err != nil {
+		return err
+	}
+	return w.walk(val)
 }
 
 // names returns the String values of a list such as FuncCall.funcname.
@@ -257,6 +305,7 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 		return nil
 	}
 	lang := defLang
+	hasLang := false
 	var as *jval
 	argLoc := -1
 	for i := range opts.arr {
@@ -271,6 +320,7 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 			sv, _ := arg.get("String")
 			x, _ := sv.get("sval")
 			lang = strings.ToLower(x.strVal())
+			hasLang = true
 		case "as":
 			as = arg
 			al, _ := d.get("arg_location")
@@ -288,6 +338,13 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 		src = names(&jval{kind: jArr, arr: []jval{*as}})
 	}
 	lit, lerr := lexLiteral(w.text, argLoc)
+	if len(src) != 1 && !hasLang && optKey == "options" {
+		// CREATE FUNCTION ... AS 'obj_file', 'link_symbol' without a
+		// LANGUAGE clause: the server rejects it ("no language specified")
+		// and runs nothing. Reporting nothing keeps DynamicLanguage tied to
+		// the word LANGUAGE, which the pre-filter relies on.
+		return nil
+	}
 	if len(src) != 1 || (lang != "sql" && lang != "plpgsql") {
 		// Another language (or AS 'obj_file', 'symbol'): its code is
 		// opaque to us.
@@ -314,7 +371,7 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 	}
 	bm := w.m.lit(lit)
 	if lang == "sql" {
-		_, err := w.sc.sql(lit.val, bm, w.depth+1)
+		_, err := w.sc.sql(lit.val, bm, w.depth+1, false)
 		return err
 	}
 	return w.sc.plpgsql(w.text[w.stmtStart:w.stmtEnd], lit.val, bm, w.depth+1)
@@ -398,7 +455,7 @@ func (sc *scanner) plpgsql(stmt, body string, bm mapping, depth int) error {
 		}
 		text := prefix + q[cut:]
 		em := bm.sub(at+cut, len(prefix))
-		tree, err := sc.sql(text, em, depth)
+		tree, err := sc.sql(text, em, depth, x.dynamic)
 		if err != nil {
 			return err
 		}
@@ -444,7 +501,7 @@ func (sc *scanner) dynamicExecute(tree *jval, text string, em mapping, depth int
 		return report()
 	}
 	sub := scanner{}
-	if _, err := sub.sql(lit.val, em.lit(lit), depth+1); err != nil {
+	if _, err := sub.sql(lit.val, em.lit(lit), depth+1, false); err != nil {
 		// The server only parses the string when EXECUTE runs.
 		return report()
 	}
