@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/poolmode"
@@ -60,10 +62,20 @@ type Conn struct {
 	validator driver.Validator
 	pinger    driver.Pinger
 
+	// Pipelined BEGIN (pipeline.go).
+	pipeline bool              // BeginTx defers BEGIN to the first statement
+	pgxMode  pgx.QueryExecMode // the pgx connection's default exec mode
+	tracer   pgx.QueryTracer   // the pgx connection's tracer, told about pipelined statements
+	eqb      pgx.ExtendedQueryBuilder
+	descs    map[string]*pgconn.StatementDescription // first statements' descriptions (cache exec modes)
+
 	// database/sql uses a connection from one goroutine at a time.
-	inTx          bool // explicit transaction open through BeginTx
-	txRewrote     bool // this transaction took a lock through a rewrite
-	sessionLocked bool // a session-level lock function ran since the last reset (direct/session)
+	inTx          bool    // explicit transaction open through BeginTx
+	txRewrote     bool    // this transaction took a lock through a rewrite
+	sessionLocked bool    // a session-level lock function ran since the last reset (direct/session)
+	tx            txState // pipelined transaction state
+	beginSQL      string  // the pending BEGIN
+	beginErr      error   // the failed pipelined BEGIN
 }
 
 func newConn(c *Connector, inner driver.Conn, pc *pgx.Conn, mode poolmode.Mode, ev poolmode.Evidence) *Conn {
@@ -81,6 +93,10 @@ func newConn(c *Connector, inner driver.Conn, pc *pgx.Conn, mode poolmode.Mode, 
 	conn.resetter, _ = inner.(driver.SessionResetter)
 	conn.validator, _ = inner.(driver.Validator)
 	conn.pinger, _ = inner.(driver.Pinger)
+	if _, ok := inner.(*stdlib.Conn); ok && pc != nil && c.cfg.pipelineBegin && mode != poolmode.Statement {
+		cfg := pc.Config() // a copy: once per connection
+		conn.pipeline, conn.pgxMode, conn.tracer = true, cfg.DefaultQueryExecMode, cfg.Tracer
+	}
 	return conn
 }
 
@@ -129,9 +145,24 @@ func (c *Conn) intercept(ctx context.Context, query string) (verdict, error) {
 	v := verdict{query: query}
 	res, err := c.c.scanner.Scan(query)
 	if err != nil {
-		// PostgreSQL's own parser rejected the text: the server will reject
-		// it too, with a better message. Send it as is.
-		return v, nil
+		// The pre-filter passed, so the text may hold a lock call, and the
+		// scanner could not read it: a syntax error (the server would
+		// reject it too), or a statement nested too deep to parse safely,
+		// which PostgreSQL may well run. Fail closed where a hidden session
+		// lock would leak; elsewhere send it, arming the reset guard.
+		if !c.pooled {
+			v.sessionLock = true
+			return v, nil
+		}
+		switch c.c.cfg.policy {
+		case PolicyAllow:
+			return v, nil
+		case PolicyWarn:
+			c.warn(ctx, "pgadvisory: statement the lock scanner cannot read sent behind "+c.mode.String()+" pooling (policy warn)",
+				query, slog.String("error", err.Error()))
+			return v, nil
+		}
+		return v, &UnscannableError{Query: query, Mode: c.mode, Err: err}
 	}
 	if len(res.Calls) == 0 && len(res.Dynamic) == 0 {
 		return v, nil
@@ -288,36 +319,58 @@ func (c *Conn) withOverride(args []driver.NamedValue) []driver.NamedValue {
 // ExecContext applies the policy and runs the statement on the inner
 // connection. Statements that cannot contain a lock call go straight
 // through.
+//
+// The first statement of a pipelined transaction carries the BEGIN
+// (WithPipelineBegin).
 func (c *Conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if c.execer == nil {
 		return nil, driver.ErrSkip
 	}
-	if c.execOverride == 0 && !c.mayIntercept(query) {
+	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
 		return c.execer.ExecContext(ctx, query, args)
 	}
-	v, err := c.intercept(ctx, query)
-	if err != nil {
-		return nil, err
+	if c.execOverride != 0 || c.mayIntercept(query) {
+		v, err := c.intercept(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		c.apply(&v)
+		query = v.query
 	}
-	c.apply(&v)
-	return c.execer.ExecContext(ctx, v.query, c.withOverride(args))
+	if c.firstPending() {
+		return c.execFirst(ctx, firstCall{query: query, args: args}, func() (driver.Result, error) {
+			return c.execer.ExecContext(ctx, query, c.withOverride(args))
+		})
+	}
+	return c.execer.ExecContext(ctx, query, c.withOverride(args))
 }
 
 // QueryContext applies the policy and runs the query on the inner
 // connection. The inner driver's Rows are returned untouched.
+//
+// The first query of a pipelined transaction carries the BEGIN
+// (WithPipelineBegin); its rows convert values exactly as pgx stdlib's.
 func (c *Conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	if c.queryer == nil {
 		return nil, driver.ErrSkip
 	}
-	if c.execOverride == 0 && !c.mayIntercept(query) {
+	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
 		return c.queryer.QueryContext(ctx, query, args)
 	}
-	v, err := c.intercept(ctx, query)
-	if err != nil {
-		return nil, err
+	if c.execOverride != 0 || c.mayIntercept(query) {
+		v, err := c.intercept(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		c.apply(&v)
+		query = v.query
 	}
-	c.apply(&v)
-	return c.queryer.QueryContext(ctx, v.query, c.withOverride(args))
+	if c.firstPending() {
+		return c.queryFirst(ctx, firstCall{query: query, args: args}, func() (driver.Rows, error) {
+			return c.queryer.QueryContext(ctx, query, c.withOverride(args))
+		})
+	}
+	return c.queryer.QueryContext(ctx, query, c.withOverride(args))
 }
 
 // Prepare is PrepareContext with a background context.
@@ -341,19 +394,29 @@ func (c *Conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	if c.pooled && !c.c.cfg.preparedOK && c.execer != nil && c.queryer != nil {
 		return &Stmt{c: c, query: v.query, v: v}, nil
 	}
-	var (
-		s   driver.Stmt
-		err error
-	)
-	if c.preparer != nil {
-		s, err = c.preparer.PrepareContext(ctx, v.query)
-	} else {
-		s, err = c.inner.Prepare(v.query)
+	if c.tx == txFailed {
+		return nil, c.beginErr
+	}
+	s, err := c.prepareInner(ctx, v.query)
+	if err != nil && c.tx == txPending && !c.pgx.IsClosed() {
+		// Inside a transaction a failed prepare aborts it. BEGIN has not
+		// been sent yet: send it, and prepare again in the transaction.
+		if berr := c.beginNow(ctx); berr != nil {
+			return nil, berr
+		}
+		s, err = c.prepareInner(ctx, v.query)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &Stmt{c: c, inner: s, query: v.query, v: v}, nil
+}
+
+func (c *Conn) prepareInner(ctx context.Context, query string) (driver.Stmt, error) {
+	if c.preparer != nil {
+		return c.preparer.PrepareContext(ctx, query)
+	}
+	return c.inner.Prepare(query)
 }
 
 // Begin is BeginTx with default options.
@@ -363,7 +426,10 @@ func (c *Conn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-// BeginTx starts a transaction on the inner connection. Behind statement
+// BeginTx starts a transaction. On a pgx connection with pipelined BEGIN
+// (the default, WithPipelineBegin) it sends nothing: the BEGIN, with the
+// isolation level and read-only mode of opts, goes out with the first
+// statement. Otherwise it begins on the inner connection. Behind statement
 // pooling it is refused (policies reject and rewrite) with a
 // *StatementPoolingError: the pooler cannot run a multi-statement
 // transaction.
@@ -375,6 +441,13 @@ func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		case PolicyWarn:
 			c.warn(ctx, "pgadvisory: transaction begun behind statement pooling (policy warn)", "BEGIN")
 		}
+	}
+	if c.pipeline {
+		if err := c.beginPipelined(opts); err != nil {
+			return nil, err
+		}
+		c.inTx, c.txRewrote = true, false
+		return &Tx{c: c, ctx: ctx}, nil
 	}
 	var (
 		t   driver.Tx
@@ -439,6 +512,7 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 		}
 	}
 	c.inTx, c.txRewrote = false, false
+	c.tx, c.beginErr = txNone, nil
 	if !c.sessionLocked {
 		return nil
 	}

@@ -83,6 +83,27 @@
 // passes it with every query instead. database/sql prepared statements are
 // not prepared on the server in those modes: each execution sends the text.
 //
+// # Pipelined BEGIN
+//
+// BeginTx sends nothing: BEGIN, with the isolation level and read-only mode,
+// travels with the transaction's first statement in one network write, so a
+// lock cycle (BEGIN + lock, then COMMIT) costs two round trips instead of
+// three. A transaction that runs no statement sends nothing at all; if BEGIN
+// itself fails, the first statement returns "pgadvisory: begin (pipelined with
+// the first statement): ..." wrapping the server's error. The first
+// statement's rows are decoded by the driver to the same values pgx stdlib
+// gives; later statements go through pgx stdlib untouched. WithPipelineBegin
+// or pgadvisory_pipeline_begin=false turns it off.
+//
+// # Statements the scanner cannot read
+//
+// Behind transaction or statement pooling, a statement that may call an
+// advisory-lock function but that the scanner cannot read (nested deeper
+// than lockscan.MaxNesting, or not valid SQL) is refused with an
+// *UnscannableError under the reject and rewrite policies: it could take a
+// session lock unseen. Direct and in session pooling it is sent, and the
+// connection is checked for leftover locks when it returns to the pool.
+//
 // # DSN parameters
 //
 // Removed before pgx and the server see the DSN (URL and keyword/value forms):
@@ -92,6 +113,7 @@
 //	pgadvisory_dynamic              warn | reject | allow
 //	pgadvisory_leak_action          release | discard
 //	pgadvisory_prepared_statements  true | false
+//	pgadvisory_pipeline_begin       true | false (default true)
 //	pgadvisory_admin_user, pgadvisory_admin_password, pgadvisory_admin_host,
 //	pgadvisory_admin_port, pgadvisory_admin_database, or pgadvisory_admin_dsn
 //

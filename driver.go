@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,9 @@ type Connector struct {
 // pgadvisory_* parameters are removed before pgx sees the DSN; options
 // override them.
 func NewConnector(dsn string, opts ...Option) (*Connector, error) {
+	if k := duplicateParam(dsn); k != "" {
+		return nil, fmt.Errorf("pgadvisory: DSN parameter %s given more than once", k)
+	}
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgadvisory: %w", err) // pgconn's ParseConfigError redacts passwords
@@ -157,9 +161,10 @@ func OpenDB(dsn string, opts ...Option) (*sql.DB, error) {
 }
 
 func (c *Connector) applyOptions(opts []Option) error {
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			// Most likely an option variable that was never assigned.
+			return fmt.Errorf("pgadvisory: option %d of %d is nil", i+1, len(opts))
 		}
 		if err := o(&c.cfg); err != nil {
 			return err
@@ -213,7 +218,7 @@ func (c *Connector) safeModeFor(cc *pgx.ConnConfig) pgx.QueryExecMode {
 
 func (c *Connector) unsafeExecErr(m poolmode.Mode, e pgx.QueryExecMode) error {
 	return fmt.Errorf("%w: default_query_exec_mode=%v behind %s pooling leaves prepared statements on shared server backends (measured: errors 42P05/26000, or another client's rows); use cache_describe, exec or simple_protocol, or declare that the pooler handles prepared statements with pgadvisory_prepared_statements=true (PgBouncer >= 1.21 with max_prepared_statements)",
-		ErrUnsafeExecMode, e, m)
+		ErrUnsafeExecMode, execModeName(e), m)
 }
 
 // Connect opens a connection through the inner connector, detects the pool
@@ -290,6 +295,12 @@ func (c *Connector) PoolMode() (poolmode.Mode, poolmode.Evidence, bool) { return
 // connections, and the evidence. It takes a connection from db (opening one
 // if none is idle, which runs detection the first time).
 func PoolMode(ctx context.Context, db *sql.DB) (poolmode.Mode, poolmode.Evidence, error) {
+	if db == nil {
+		return poolmode.Unknown, poolmode.Evidence{}, errors.New("pgadvisory: PoolMode: nil *sql.DB")
+	}
+	if ctx == nil {
+		return poolmode.Unknown, poolmode.Evidence{}, errors.New("pgadvisory: PoolMode: nil context")
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return poolmode.Unknown, poolmode.Evidence{}, fmt.Errorf("pgadvisory: PoolMode: %w", err)
@@ -315,4 +326,10 @@ func pgxConnOf(dc driver.Conn) *pgx.Conn {
 		return sc.Conn()
 	}
 	return nil
+}
+
+// execModeName spells a query exec mode the way the DSN parameter
+// default_query_exec_mode accepts it (pgx's String() has blanks).
+func execModeName(m pgx.QueryExecMode) string {
+	return strings.ReplaceAll(m.String(), " ", "_")
 }

@@ -25,6 +25,14 @@ var (
 	// and the dynamic-SQL policy is reject. Nothing was sent.
 	ErrDynamicSQL = errors.New("pgadvisory: dynamic SQL refused")
 
+	// ErrUnscannable: behind transaction or statement pooling, a statement
+	// that may hold an advisory-lock call could not be read by the scanner
+	// (for example nested deeper than lockscan.MaxNesting, or a name that
+	// cannot be mapped to the text), so it could take a session lock
+	// unseen. It was refused (policy reject or rewrite) and not sent; the
+	// error wraps lockscan's.
+	ErrUnscannable = errors.New("pgadvisory: statement the lock scanner cannot read refused")
+
 	// ErrUnsafeExecMode: the pgx query exec mode chosen in the DSN uses
 	// prepared statements or a two-round-trip describe, which break (or
 	// return another client's rows) behind transaction and statement
@@ -153,3 +161,20 @@ func (e *LeakedLockError) Unwrap() []error {
 	}
 	return []error{ErrLeakedLock}
 }
+
+// UnscannableError is returned, without contacting the server, for a
+// statement the lock scanner could not read behind transaction or
+// statement pooling. Unwrap yields ErrUnscannable and the scanner's error.
+type UnscannableError struct {
+	Query string
+	Mode  poolmode.Mode
+	Err   error // the scanner's error, e.g. a *lockscan.ParseError
+}
+
+func (e *UnscannableError) Error() string {
+	return fmt.Sprintf("pgadvisory: statement refused under %s pooling: the lock scanner cannot read it (%v), so it could take a session-level advisory lock unseen; fix or simplify the statement",
+		e.Mode, e.Err)
+}
+
+// Unwrap returns ErrUnscannable and the scanner's error.
+func (e *UnscannableError) Unwrap() []error { return []error{ErrUnscannable, e.Err} }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,13 +132,14 @@ type config struct {
 	safeExecMode  pgx.QueryExecMode
 	scanCacheSize int
 	admin         *pgconn.Config
+	pipelineBegin bool
 
 	// admin parts from the DSN, assembled in finish.
 	adminDSN, adminUser, adminPassword, adminHost, adminPort, adminDatabase string
 }
 
 func defaultConfig() config {
-	return config{policy: DefaultPolicy, safeExecMode: DefaultSafeExecMode, scanCacheSize: DefaultScanCacheSize}
+	return config{policy: DefaultPolicy, safeExecMode: DefaultSafeExecMode, scanCacheSize: DefaultScanCacheSize, pipelineBegin: DefaultPipelineBegin}
 }
 
 // WithPoolMode declares the pool mode instead of detecting it. Unknown means
@@ -215,7 +217,7 @@ func WithPreparedStatements(ok bool) Option {
 func WithSafeExecMode(m pgx.QueryExecMode) Option {
 	return func(c *config) error {
 		if !safeExecMode(m) {
-			return fmt.Errorf("pgadvisory: WithSafeExecMode: %v is not safe behind transaction pooling (accepted: cache_describe, exec, simple_protocol)", m)
+			return fmt.Errorf("pgadvisory: WithSafeExecMode: %s is not safe behind transaction pooling (accepted: cache_describe, exec, simple_protocol)", execModeName(m))
 		}
 		c.safeExecMode = m
 		return nil
@@ -234,10 +236,34 @@ func WithScanCacheSize(n int) Option {
 	}
 }
 
+// DefaultPipelineBegin says whether a transaction's BEGIN travels with its
+// first statement when no option or DSN parameter says otherwise.
+const DefaultPipelineBegin = true
+
+// WithPipelineBegin turns pipelined BEGIN on (the default) or off. When on,
+// BeginTx on a pgx connection sends nothing: BEGIN (with the isolation level
+// and access mode of the sql.TxOptions) goes to the server in the same
+// network write as the transaction's first statement, so a lock cycle
+// (BEGIN; SELECT pg_advisory_xact_lock(...); COMMIT) costs two round trips
+// instead of three. A transaction that runs no statement sends nothing at
+// all, not even on Commit or Rollback. An error of the BEGIN itself is
+// returned by the first statement, prefixed "pgadvisory: begin (pipelined
+// with the first statement)". Off, BeginTx sends BEGIN at once through pgx's
+// stdlib, as without pgadvisory. Statement pooling never pipelines (it
+// refuses transactions). DSN: pgadvisory_pipeline_begin=true|false.
+func WithPipelineBegin(on bool) Option {
+	return func(c *config) error { c.pipelineBegin = on; return nil }
+}
+
 // WithAdminConsole gives the PgBouncer admin console to ask for the pool
 // mode during detection, as a connection string (database "pgbouncer").
 func WithAdminConsole(dsn string) Option {
 	return func(c *config) error {
+		if strings.TrimSpace(dsn) == "" {
+			// pgconn would fill in libpq defaults (localhost:5432, the OS
+			// user): not the admin console anyone meant.
+			return errors.New("pgadvisory: WithAdminConsole: empty DSN")
+		}
 		cfg, err := pgconn.ParseConfig(dsn)
 		if err != nil {
 			return fmt.Errorf("pgadvisory: WithAdminConsole: %w", err) // pgconn redacts passwords
@@ -278,12 +304,13 @@ const (
 	ParamAdminHost          = "pgadvisory_admin_host"     // default: the DSN's host
 	ParamAdminPort          = "pgadvisory_admin_port"     // default: the DSN's port
 	ParamAdminDatabase      = "pgadvisory_admin_database" // default: pgbouncer
+	ParamPipelineBegin      = "pgadvisory_pipeline_begin" // true|false (default true)
 )
 
 var secretParams = map[string]bool{ParamAdminPassword: true, ParamAdminDSN: true}
 
 var knownParams = []string{ParamPoolMode, ParamPolicy, ParamDynamic, ParamLeakAction, ParamPreparedStatements,
-	ParamAdminDSN, ParamAdminUser, ParamAdminPassword, ParamAdminHost, ParamAdminPort, ParamAdminDatabase}
+	ParamAdminDSN, ParamAdminUser, ParamAdminPassword, ParamAdminHost, ParamAdminPort, ParamAdminDatabase, ParamPipelineBegin}
 
 // paramError names the parameter and the accepted values; the value is left
 // out for secret parameters.
@@ -302,12 +329,25 @@ func (c *config) takeParams(params map[string]string) error {
 	for k := range params {
 		if strings.HasPrefix(k, "pgadvisory_") {
 			keys = append(keys, k)
+		} else if strings.HasPrefix(strings.ToLower(k), "pgadvisory_") {
+			// It would reach the server as a startup parameter and fail
+			// there with a far less helpful message.
+			return fmt.Errorf("pgadvisory: DSN parameter %s: pgadvisory parameter names are lower case (%s)", k, strings.ToLower(k))
 		}
 	}
 	sort.Strings(keys)
+	if _, ok := params[ParamAdminDSN]; ok {
+		if _, ok := params[ParamAdminUser]; ok {
+			return fmt.Errorf("pgadvisory: DSN parameters %s and %s exclude each other: give the admin console as a whole DSN or as user and password", ParamAdminDSN, ParamAdminUser)
+		}
+	}
 	for _, k := range keys {
 		v := params[k]
 		delete(params, k)
+		if v == "" {
+			// An empty value must not quietly mean "not set".
+			return fmt.Errorf("pgadvisory: empty value for DSN parameter %s", k)
+		}
 		if err := c.applyParam(k, v); err != nil {
 			return err
 		}
@@ -351,6 +391,12 @@ func (c *config) applyParam(k, v string) error {
 			return paramError(k, v, "true, false")
 		}
 		c.preparedOK = b
+	case ParamPipelineBegin:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return paramError(k, v, "true, false")
+		}
+		c.pipelineBegin = b
 	case ParamAdminDSN:
 		c.adminDSN = v
 	case ParamAdminUser:
@@ -423,4 +469,96 @@ func (c *config) buildAdmin(host string, port uint16) error {
 
 func quoteKV(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// duplicateParam returns the first pgadvisory_* parameter that appears more
+// than once in dsn (URL or keyword/value), or "". pgx keeps one of the
+// values silently — the first in a URL, the last in keyword/value form — so
+// a contradictory DSN would otherwise be accepted. A DSN that does not
+// tokenise is left to pgx to reject.
+func duplicateParam(dsn string) string {
+	seen := map[string]bool{}
+	dup := func(k string) bool {
+		if !strings.HasPrefix(k, "pgadvisory_") {
+			return false
+		}
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+		return false
+	}
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return ""
+		}
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return ""
+		}
+		names := make([]string, 0, len(q))
+		for k, vs := range q {
+			if len(vs) > 1 && strings.HasPrefix(k, "pgadvisory_") {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		if len(names) > 0 {
+			return names[0]
+		}
+		return ""
+	}
+	// keyword/value, as libpq tokenises it: key = value, where a value is
+	// either '...' (backslash escapes) or a run of non-blanks (backslash
+	// escapes).
+	s := dsn
+	i := 0
+	blank := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+	for {
+		for i < len(s) && blank(s[i]) {
+			i++
+		}
+		if i >= len(s) {
+			return ""
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && !blank(s[i]) {
+			i++
+		}
+		key := s[start:i]
+		for i < len(s) && blank(s[i]) {
+			i++
+		}
+		if i >= len(s) || s[i] != '=' {
+			return ""
+		}
+		i++
+		for i < len(s) && blank(s[i]) {
+			i++
+		}
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			if i >= len(s) {
+				return ""
+			}
+			i++
+		} else {
+			for i < len(s) && !blank(s[i]) {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+		}
+		if dup(key) {
+			return key
+		}
+	}
 }

@@ -58,6 +58,15 @@ func (s *Stmt) Query(args []driver.Value) (driver.Rows, error) {
 // untouched.
 func (s *Stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	s.c.apply(&s.v)
+	if s.c.firstPending() {
+		return s.c.execFirst(ctx, firstCall{query: s.query, args: args, prepared: s.inner != nil}, func() (driver.Result, error) {
+			return s.execInner(ctx, args)
+		})
+	}
+	return s.execInner(ctx, args)
+}
+
+func (s *Stmt) execInner(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	if s.inner == nil {
 		return s.c.execer.ExecContext(ctx, s.query, s.c.withOverride(args))
 	}
@@ -75,6 +84,15 @@ func (s *Stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 // untouched.
 func (s *Stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	s.c.apply(&s.v)
+	if s.c.firstPending() {
+		return s.c.queryFirst(ctx, firstCall{query: s.query, args: args, prepared: s.inner != nil}, func() (driver.Rows, error) {
+			return s.queryInner(ctx, args)
+		})
+	}
+	return s.queryInner(ctx, args)
+}
+
+func (s *Stmt) queryInner(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	if s.inner == nil {
 		return s.c.queryer.QueryContext(ctx, s.query, s.c.withOverride(args))
 	}
