@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -21,11 +22,12 @@ import (
 
 // process is one server program the local back end started.
 type process struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{} // closed when the process has exited
-	err     error         // Wait's result, valid after done
+	name     string
+	cmd      *exec.Cmd
+	logPath  string
+	logStart int64         // size of the log when this process started: its own lines follow
+	done     chan struct{} // closed when the process has exited
+	err      error         // Wait's result, valid after done
 }
 
 func (p *process) exited() bool {
@@ -194,12 +196,16 @@ func (lc *localCluster) spawn(name, logName, bin string, args ...string) (*proce
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
 	defer f.Close()
+	var logStart int64
+	if fi, err := f.Stat(); err == nil {
+		logStart = fi.Size()
+	}
 	cmd := lc.command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("pgbouncer: start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logPath: logPath, logStart: logStart, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -209,7 +215,10 @@ func (lc *localCluster) spawn(name, logName, bin string, args ...string) (*proce
 
 // freePort asks the kernel for a free port on the loopback. Another process
 // may take it before the server binds it; callers retry on a bind error.
-func freePort() (int, error) {
+// A variable so that tests can hand out a taken port.
+var freePort = kernelFreePort
+
+func kernelFreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgbouncer: find a free port: %w", err)
@@ -223,6 +232,20 @@ var errPortTaken = errors.New("port already in use")
 
 func portTaken(logText string) bool {
 	return strings.Contains(logText, "could not bind") || strings.Contains(logText, "Address already in use")
+}
+
+// ownLog returns what p has written to its log since it started.
+func (p *process) ownLog() string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(p.logStart, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return string(b)
 }
 
 // startPostgres starts the server on port, or on a free port when port is 0
@@ -266,11 +289,17 @@ func waitReady(ctx context.Context, p *process, connString string) error {
 	var lastErr error
 	for {
 		if p.exited() {
-			logText, _ := os.ReadFile(p.logPath)
-			if portTaken(string(logText)) {
+			if portTaken(p.ownLog()) {
 				return errPortTaken
 			}
 			return fmt.Errorf("%s exited: %v", p.name, p.err)
+		}
+		// PgBouncer does not exit when its TCP port is taken: it warns
+		// "cannot listen on ...: Address already in use" and serves the
+		// unix socket alone, while the port answers for someone else.
+		if portTaken(p.ownLog()) {
+			p.stop(syscall.SIGKILL, 10*time.Second)
+			return errPortTaken
 		}
 		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
 		lastErr = ping(attempt, connString)
