@@ -4,7 +4,7 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help demo test test-unit lint bench faults
+.PHONY: help demo test test-unit lint bench bench-go faults
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -25,8 +25,13 @@ lint: ## gofmt, go vet, pgadvisoryvet over this module, and the vettool golden t
 	$(GO) run ./cmd/pgadvisoryvet -test=false ./...
 	sh lint/vetgolden.sh
 
-bench: ## Go benchmarks (compare runs with benchstat)
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+bench: ## the lock benchmark: naive pattern, WithXactLock over pgx and pgadvisory, Redlock (out/bench.md, out/bench.svg)
+	@mkdir -p out
+	$(GO) run ./cmd/pgadvisory bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
+
+bench-go: ## Go benchmarks of the driver against pgx stdlib (compare with benchstat -col /driver out/bench-go.txt)
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench 'Loopback|Intercept|LockCycle' -benchmem -count 6 . | tee out/bench-go.txt
 
 faults: ## run the fault-injection tests and print their results as the README's table
 	@rm -f out/faults.jsonl; mkdir -p out

@@ -1,0 +1,575 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/internal/bench"
+	"github.com/pgadvisory/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+func init() {
+	register(command{name: "bench", summary: "benchmark lock cycles: naive pattern, WithXactLock over pgx and pgadvisory, Redlock", run: runBench})
+}
+
+// Names of the workloads, the variants and the goals' workload.
+const (
+	workloadUncontended = "uncontended"
+	workloadContended   = "contended"
+	workloadHot         = "hot"
+	contendedWorkers    = 32
+	contendedKeys       = 100
+)
+
+var (
+	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
+	allVariants  = []string{"a", "b", "c", "d"}
+	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
+)
+
+// defaultHotWorkers scales the hot-set workload to the machine: 32 workers
+// per CPU, at least 32 and at most 256.
+func defaultHotWorkers() int { return min(max(32*runtime.NumCPU(), 32), 256) }
+
+type benchOptions struct {
+	dsn, bouncerDSN         string
+	duration, warmup        time.Duration
+	rounds                  int
+	workloads, variants     []string
+	paths                   []string
+	hotWorkers, hotKeys     int
+	redisAddrs              []string
+	redisInstances          int
+	bouncerExecMode         string
+	lockTimeout             time.Duration
+	overhead                bool
+	out, svg, cpuprofile    string
+	startedCluster          bool
+	anyErrors               bool
+	pgVersion, pgbVersion   string
+	redisVersion, redisNote string
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &benchOptions{}
+	fs.StringVar(&o.dsn, "dsn", "", "PostgreSQL DSN for the direct path (default: start PostgreSQL and PgBouncer through the test harness)")
+	fs.StringVar(&o.bouncerDSN, "pgbouncer-dsn", "", "DSN through PgBouncer in transaction mode (default: the harness's)")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per cell and round")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
+	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
+	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock")
+	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
+	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
+	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
+	redisAddrs := fs.String("redis", "", "comma-separated host:port of existing independent Redis masters (default: start -redis-instances redis-server)")
+	fs.IntVar(&o.redisInstances, "redis-instances", 5, "how many redis-server instances to start for Redlock")
+	fs.StringVar(&o.bouncerExecMode, "bouncer-exec-mode", "cache_describe", "pgx default_query_exec_mode for (a) and (b) through PgBouncer (the one pgadvisory picks there); cache_statement breaks behind transaction pooling")
+	fs.DurationVar(&o.lockTimeout, "lock-timeout", bench.DefaultLockTimeout, "lock_timeout of the PostgreSQL variants")
+	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
+	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
+	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the client (this process) during the measurements")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: pgadvisory bench [flags]")
+		fmt.Fprintln(stderr, "\nMeasures lock cycles side by side in one run: (a) the naive four-round-trip")
+		fmt.Fprintln(stderr, "pattern over pgxpool, (b) advisory.WithXactLock over pgx stdlib, (c) the same over")
+		fmt.Fprintln(stderr, "the pgadvisory driver, each directly and through PgBouncer in transaction mode, and")
+		fmt.Fprintln(stderr, "(d) Redlock over independent redis-server instances. Progress goes to stderr,")
+		fmt.Fprintln(stderr, "the Markdown report to stdout.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	var err error
+	if o.workloads, err = listFlag("workloads", *workloads, allWorkloads); err != nil {
+		return err
+	}
+	if o.variants, err = listFlag("variants", *variants, allVariants); err != nil {
+		return err
+	}
+	if o.paths, err = listFlag("paths", *paths, allPaths); err != nil {
+		return err
+	}
+	if *redisAddrs != "" {
+		for a := range strings.SplitSeq(*redisAddrs, ",") {
+			if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+				return usageError{fmt.Sprintf("-redis: %q is not host:port", a)}
+			}
+			o.redisAddrs = append(o.redisAddrs, strings.TrimSpace(a))
+		}
+	}
+	switch {
+	case o.duration <= 0:
+		return usageError{"-duration must be positive"}
+	case o.warmup < 0:
+		return usageError{"-warmup must not be negative"}
+	case o.rounds < 1:
+		return usageError{"-rounds must be at least 1"}
+	case o.hotWorkers < 1 || o.hotKeys < 1:
+		return usageError{"-hot-workers and -hot-keys must be at least 1"}
+	case o.redisInstances < 1 || o.redisInstances > redislab.MaxInstances:
+		return usageError{fmt.Sprintf("-redis-instances must be in 1..%d", redislab.MaxInstances)}
+	case o.lockTimeout <= 0:
+		return usageError{"-lock-timeout must be positive"}
+	}
+	if err := parseExecMode(o.bouncerExecMode); err != nil {
+		return usageError{err.Error()}
+	}
+	if (o.dsn != "") != (o.bouncerDSN != "") {
+		// One given: run only that path (unless -paths asked for the other).
+		want := string(bench.PathDirect)
+		if o.dsn == "" {
+			want = string(bench.PathPgBouncer)
+		}
+		if *paths != strings.Join(allPaths, ",") && !slices.Equal(o.paths, []string{want}) {
+			return usageError{"-paths asks for a path whose DSN was not given (give both -dsn and -pgbouncer-dsn, or neither to start servers)"}
+		}
+		o.paths = []string{want}
+	}
+	return o.run(ctx, "pgadvisory bench "+strings.Join(args, " "), stdout, stderr)
+}
+
+// listFlag splits a comma-separated flag value and checks every item.
+func listFlag(name, value string, allowed []string) ([]string, error) {
+	var out []string
+	for item := range strings.SplitSeq(value, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !slices.Contains(allowed, item) {
+			return nil, usageError{fmt.Sprintf("-%s: unknown %q (accepted: %s)", name, item, strings.Join(allowed, ","))}
+		}
+		if !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usageError{fmt.Sprintf("-%s: nothing selected", name)}
+	}
+	return out, nil
+}
+
+// execModes are the values pgx accepts for default_query_exec_mode.
+var execModes = []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+
+func parseExecMode(s string) error {
+	if !slices.Contains(execModes, s) {
+		return fmt.Errorf("-bouncer-exec-mode: unknown pgx exec mode %q (accepted: %s)", s, strings.Join(execModes, ", "))
+	}
+	return nil
+}
+
+// withParam adds key=value to a DSN (URL or keyword/value form) unless the
+// DSN already sets key.
+func withParam(dsn, key, value string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("bench: DSN is not a valid URL: %w", redactURLError(err))
+		}
+		q := u.Query()
+		if q.Has(key) {
+			return dsn, nil
+		}
+		q.Set(key, value)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	if strings.Contains(dsn, key+"=") {
+		return dsn, nil
+	}
+	return strings.TrimSpace(dsn + " " + key + "=" + value), nil
+}
+
+// redactURLError drops the URL (which may hold a password) from a parse
+// error.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func (o *benchOptions) has(list []string, item string) bool { return slices.Contains(list, item) }
+
+func (o *benchOptions) needPostgres() bool {
+	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.overhead
+}
+
+func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr io.Writer) (err error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	loadStart, loadErr := bench.LoadAverage()
+	if loadErr == nil && loadStart >= 1.5 {
+		logf("bench: warning: load average %.2f — the machine is busy; absolute numbers will be low and noisy, trust ratios", loadStart)
+	}
+	meters := map[string]bench.CPUMeter{"client": bench.SelfCPU}
+	meterOrder := []string{"client"}
+
+	if o.needPostgres() && o.dsn == "" && o.bouncerDSN == "" {
+		logf("bench: starting PostgreSQL and PgBouncer (transaction mode) through the test harness…")
+		cluster, err := pgbouncer.Start(ctx, pgbouncer.WithModes(pgbouncer.Transaction), pgbouncer.WithLogf(logf))
+		if err != nil {
+			return fmt.Errorf("start servers (or give -dsn and -pgbouncer-dsn): %w", err)
+		}
+		defer func() {
+			if cerr := cluster.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		defer func() {
+			// Servers that died mid-run (connection refused) leave their
+			// reason in their logs.
+			if o.anyErrors {
+				logf("bench: some cells failed; server logs:\n%s", cluster.Logs())
+			}
+		}()
+		o.dsn, o.bouncerDSN = cluster.DirectDSN(), cluster.WideDSN(pgbouncer.Transaction)
+		o.startedCluster = true
+		o.pgbVersion = bouncerVersion(ctx, cluster.AdminDSN(pgbouncer.Transaction))
+	}
+	if o.needPostgres() {
+		if o.dsn != "" {
+			o.pgVersion = serverVersion(ctx, o.dsn)
+			if m := localMeter(o.dsn, bench.TreeCPU); m != nil {
+				meters["postgres"] = m
+				meterOrder = append(meterOrder, "postgres")
+			}
+		}
+		if o.bouncerDSN != "" && o.has(o.paths, string(bench.PathPgBouncer)) {
+			if m := localMeter(o.bouncerDSN, func(pid int) bench.CPUMeter { return bench.ProcessCPU(pid) }); m != nil {
+				meters["pgbouncer"] = m
+				meterOrder = append(meterOrder, "pgbouncer")
+			} else {
+				logf("bench: PgBouncer's process not found on this machine; its CPU use will not be reported")
+			}
+		}
+	}
+	if o.has(o.variants, "d") {
+		if len(o.redisAddrs) == 0 {
+			lab, err := redislab.Start(ctx, o.redisInstances, redislab.WithLogf(logf))
+			if err != nil {
+				return fmt.Errorf("start redis-server for Redlock (or leave out variant d with -variants a,b,c): %w", err)
+			}
+			defer func() {
+				if cerr := lab.Close(); cerr != nil && err == nil {
+					err = cerr
+				}
+			}()
+			o.redisAddrs = lab.Addrs()
+			meters["redis"] = bench.ProcessCPU(lab.PIDs()...)
+			meterOrder = append(meterOrder, "redis")
+			o.redisVersion = redisVersion()
+		}
+	}
+
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	locks, err := o.lockVariants()
+	if err != nil {
+		return err
+	}
+	rep := &bench.Report{
+		Title:            "pgadvisory bench",
+		Command:          cmdline,
+		Baseline:         "a",
+		OverheadBaseline: "pgx",
+		Meters:           meterOrder,
+		Goals:            goals(),
+	}
+	start := time.Now()
+	if len(locks) > 0 {
+		logf("bench: lock cycles: %d cells × %d round(s) × (%v warm-up + %v)", len(locks)*len(o.workloads), o.rounds, o.warmup, o.duration)
+		rep.Locks, err = bench.Run(ctx, bench.Config{
+			Workloads: o.workloadList(),
+			Variants:  locks,
+			Baseline:  "a",
+			Duration:  o.duration,
+			Warmup:    o.warmup,
+			Rounds:    o.rounds,
+			KeyBase:   benchKeyBase,
+			Meters:    meters,
+			Progress:  stderr,
+		})
+		if err != nil {
+			return fmt.Errorf("lock benchmark: %w", err)
+		}
+	}
+	if o.overhead {
+		logf("bench: driver overhead: SELECT $1::int, one connection, pgx stdlib vs pgadvisory")
+		rep.Overhead, err = bench.Run(ctx, bench.Config{
+			Workloads: []bench.Workload{{Name: "1 connection", Workers: 1, Keys: 10000}},
+			Variants:  o.overheadVariants(),
+			Baseline:  "pgx",
+			// Short alternating slices: both drivers see the same machine.
+			Duration: max(o.duration/2, time.Millisecond),
+			Warmup:   o.warmup / 2,
+			Rounds:   2 * o.rounds,
+			Meters:   map[string]bench.CPUMeter{"client": bench.SelfCPU},
+			Progress: stderr,
+		})
+		if err != nil {
+			return fmt.Errorf("driver-overhead benchmark: %w", err)
+		}
+	}
+	for _, r := range slices.Concat(rep.Locks, rep.Overhead) {
+		o.anyErrors = o.anyErrors || r.Errors > 0
+	}
+	loadEnd, _ := bench.LoadAverage()
+	rep.Environment = o.environment(loadStart, loadErr == nil, loadEnd, time.Since(start))
+	rep.Notes = o.notes()
+
+	if err := bench.WriteMarkdown(stdout, rep); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := writeFileWith(o.out, func(w io.Writer) error { return bench.WriteMarkdown(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if o.svg != "" && len(rep.Locks) > 0 {
+		title := fmt.Sprintf("Advisory lock cycles — %d CPUs, %v per cell", runtime.NumCPU(), o.duration)
+		if err := writeFileWith(o.svg, func(w io.Writer) error { return bench.WriteSVG(w, title, rep.Locks) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchKeyBase keeps the benchmark's lock keys away from small keys an
+// application on the same database may use ("pgadv" in ASCII, shifted).
+const benchKeyBase int64 = 0x7067616476 << 16
+
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (o *benchOptions) workloadList() []bench.Workload {
+	var ws []bench.Workload
+	for _, name := range o.workloads {
+		switch name {
+		case workloadUncontended:
+			ws = append(ws, bench.Workload{Name: name, Workers: 1, Keys: contendedKeys})
+		case workloadContended:
+			ws = append(ws, bench.Workload{Name: name, Workers: contendedWorkers, Keys: contendedKeys})
+		case workloadHot:
+			ws = append(ws, bench.Workload{Name: name, Workers: o.hotWorkers, Keys: o.hotKeys})
+		}
+	}
+	return ws
+}
+
+// lockVariants builds the selected variants in report order: a, b, c
+// direct, then a, b, c through PgBouncer, then d.
+func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
+	var vs []bench.Variant
+	for _, p := range o.paths {
+		path := bench.Path(p)
+		dsn := o.dsn
+		safe := dsn
+		if path == bench.PathPgBouncer {
+			var err error
+			if safe, err = withParam(o.bouncerDSN, "default_query_exec_mode", o.bouncerExecMode); err != nil {
+				return nil, err
+			}
+			if dsn, err = withParam(o.bouncerDSN, "pgadvisory_pool_mode", "transaction"); err != nil {
+				return nil, err
+			}
+		}
+		for _, id := range o.variants {
+			switch id {
+			case "a":
+				vs = append(vs, bench.Naive("a", safe, path, o.lockTimeout))
+			case "b":
+				vs = append(vs, bench.XactLock("b", "WithXactLock, pgx stdlib", bench.PgxDriver, safe, path, o.lockTimeout))
+			case "c":
+				// The pgadvisory driver gets the DSN as is: choosing a safe
+				// exec mode behind a pooler is its job.
+				vs = append(vs, bench.XactLock("c", "WithXactLock, pgadvisory driver", bench.PgadvisoryDriver, dsn, path, o.lockTimeout))
+			}
+		}
+	}
+	if o.has(o.variants, "d") {
+		vs = append(vs, bench.Redlock("d", o.redisAddrs))
+	}
+	return vs, nil
+}
+
+func (o *benchOptions) overheadVariants() []bench.Variant {
+	var vs []bench.Variant
+	for _, p := range o.paths {
+		path := bench.Path(p)
+		dsn, safe := o.dsn, o.dsn
+		if path == bench.PathPgBouncer {
+			// Both were checked by lockVariants.
+			safe, _ = withParam(o.bouncerDSN, "default_query_exec_mode", o.bouncerExecMode)
+			dsn, _ = withParam(o.bouncerDSN, "pgadvisory_pool_mode", "transaction")
+		}
+		vs = append(vs,
+			bench.SelectInt("pgx", "pgx stdlib", bench.PgxDriver, safe, path),
+			bench.SelectInt("pgadvisory", "pgadvisory", bench.PgadvisoryDriver, dsn, path))
+	}
+	return vs
+}
+
+func goals() []bench.Goal {
+	w := workloadContended
+	return []bench.Goal{
+		{Text: "(c) ≥ 1.5× (a) direct, 32 workers", Workload: w, Num: "c", NumPath: bench.PathDirect, Den: "a", DenPath: bench.PathDirect, Want: 1.5},
+		{Text: "(c) ≥ 2× (a) through PgBouncer, 32 workers", Workload: w, Num: "c", NumPath: bench.PathPgBouncer, Den: "a", DenPath: bench.PathPgBouncer, Want: 2},
+		{Text: "(c) direct ≥ (d) Redlock, 32 workers", Workload: w, Num: "c", NumPath: bench.PathDirect, Den: "d", DenPath: bench.PathRedis, Want: 1},
+		{Text: "(c) through PgBouncer ≥ (d) Redlock, 32 workers", Workload: w, Num: "c", NumPath: bench.PathPgBouncer, Den: "d", DenPath: bench.PathRedis, Want: 1},
+	}
+}
+
+func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd float64, took time.Duration) [][2]string {
+	machine := fmt.Sprintf("%d CPUs, %s/%s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	if m := bench.CPUModel(); m != "" {
+		machine += ", " + m
+	}
+	env := [][2]string{
+		{"machine", machine},
+		{"Go", runtime.Version()},
+		{"date", time.Now().UTC().Format("2006-01-02 15:04 UTC")},
+	}
+	if haveLoad {
+		env = append(env, [2]string{"load average (1 min)", fmt.Sprintf("%.2f at start, %.2f at end", loadStart, loadEnd)})
+	}
+	if o.pgVersion != "" {
+		env = append(env, [2]string{"PostgreSQL", o.pgVersion})
+	}
+	if o.pgbVersion != "" {
+		env = append(env, [2]string{"PgBouncer", o.pgbVersion})
+	}
+	if o.redisVersion != "" {
+		env = append(env, [2]string{"Redis", fmt.Sprintf("%s, %d independent instances", o.redisVersion, len(o.redisAddrs))})
+	}
+	servers := "given by -dsn / -pgbouncer-dsn"
+	if o.startedCluster {
+		servers = fmt.Sprintf("started by the test harness on 127.0.0.1 (fsync off); PgBouncer transaction mode, pool_size=%d", pgbouncer.WidePoolSize)
+	}
+	env = append(env,
+		[2]string{"servers", servers},
+		[2]string{"settings", fmt.Sprintf("%v per cell and round after %v warm-up, %d round(s); lock_timeout %v; hot set %d workers over %d keys; client pool = one connection per worker",
+			o.duration, o.warmup, o.rounds, o.lockTimeout, o.hotWorkers, o.hotKeys)},
+		[2]string{"total measuring time", took.Round(time.Second).String()},
+	)
+	return env
+}
+
+func (o *benchOptions) notes() []string {
+	return []string{
+		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock: BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement.",
+		fmt.Sprintf("Through PgBouncer, (a) and (b) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
+		"(d) uses redsync's defaults: 8 s expiry, up to 32 tries 50–250 ms apart, quorum of a majority; a contended Redlock sleeps and retries where PostgreSQL queues the waiter, so its contended latency is dominated by the retry delay.",
+		"Latency columns are acquisition latency; throughput counts full cycles (acquire and release).",
+	}
+}
+
+// localMeter returns a CPU meter for the server process behind dsn when it
+// runs on this machine's loopback and its process can be read, else nil.
+func localMeter(dsn string, meter func(pid int) bench.CPUMeter) bench.CPUMeter {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(cfg.Host)
+	if cfg.Host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil
+	}
+	pid, err := bench.ListenerPID(int(cfg.Port))
+	if err != nil {
+		return nil
+	}
+	return meter(pid)
+}
+
+func serverVersion(ctx context.Context, dsn string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&v); err != nil {
+		return ""
+	}
+	return v
+}
+
+// bouncerVersion asks PgBouncer's admin console (simple protocol only).
+func bouncerVersion(ctx context.Context, adminDSN string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pc, err := pgconn.Connect(ctx, adminDSN)
+	if err != nil {
+		return ""
+	}
+	defer pc.Close(ctx)
+	res, err := pc.Exec(ctx, "SHOW VERSION").ReadAll()
+	if err != nil || len(res) == 0 || len(res[0].Rows) == 0 || len(res[0].Rows[0]) == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(string(res[0].Rows[0][0]), "PgBouncer ")
+}
+
+func redisVersion() string {
+	bin, err := redislab.FindBinary()
+	if err != nil {
+		return ""
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	for f := range strings.FieldsSeq(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}

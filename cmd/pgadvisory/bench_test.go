@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pgadvisory/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+func TestBenchUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"extra"},
+		{"-duration", "0s"},
+		{"-warmup", "-1s"},
+		{"-rounds", "0"},
+		{"-workloads", "nope"},
+		{"-workloads", ","},
+		{"-variants", "a,z"},
+		{"-paths", "sideways"},
+		{"-hot-workers", "0"},
+		{"-hot-keys", "0"},
+		{"-redis-instances", "0"},
+		{"-redis", "no-port"},
+		{"-lock-timeout", "0s"},
+		{"-bouncer-exec-mode", "fast"},
+		{"-dsn", "postgres://x@127.0.0.1/db", "-paths", "pgbouncer"},
+	} {
+		var out, errOut bytes.Buffer
+		err := runBench(context.Background(), args, &out, &errOut)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("args %q: err = %v, want usageError", args, err)
+		}
+		if out.Len() != 0 {
+			t.Errorf("args %q: wrote a report on bad usage", args)
+		}
+	}
+}
+
+func TestWithParam(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://u:p@h:6432/db?sslmode=disable", "postgres://u:p@h:6432/db?default_query_exec_mode=exec&sslmode=disable"},
+		{"postgres://u@h/db?default_query_exec_mode=simple_protocol", "postgres://u@h/db?default_query_exec_mode=simple_protocol"},
+		{"host=h port=6432 dbname=db", "host=h port=6432 dbname=db default_query_exec_mode=exec"},
+		{"host=h default_query_exec_mode=cache_describe", "host=h default_query_exec_mode=cache_describe"},
+	} {
+		got, err := withParam(tc.dsn, "default_query_exec_mode", "exec")
+		if err != nil || got != tc.want {
+			t.Errorf("withParam(%q) = %q, %v; want %q", tc.dsn, got, err, tc.want)
+		}
+	}
+	_, err := withParam("postgres://u:secret@h:port/db", "k", "v")
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("bad URL: err = %v, want an error without the password", err)
+	}
+}
+
+func TestDefaultHotWorkers(t *testing.T) {
+	if n := defaultHotWorkers(); n < 32 || n > 256 {
+		t.Errorf("defaultHotWorkers() = %d, want 32..256", n)
+	}
+}
+
+// TestBenchSmoke runs every variant for a moment against a real PostgreSQL,
+// PgBouncer and one redis-server, through the -dsn flags.
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration smoke run skipped in -short mode")
+	}
+	if _, err := redislab.FindBinary(); err != nil {
+		if pgbouncer.Required() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
+	dir := t.TempDir()
+	mdPath, svgPath, profPath := filepath.Join(dir, "bench.md"), filepath.Join(dir, "bench.svg"), filepath.Join(dir, "cpu.pprof")
+	var out, errOut bytes.Buffer
+	err := runBench(context.Background(), []string{
+		"-dsn", c.DirectDSN(), "-pgbouncer-dsn", c.WideDSN(pgbouncer.Transaction),
+		"-workloads", "uncontended", "-duration", "100ms", "-warmup", "0s",
+		"-redis-instances", "1",
+		"-out", mdPath, "-svg", svgPath, "-cpuprofile", profPath,
+	}, &out, &errOut)
+	t.Logf("stderr:\n%s", errOut.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	for _, row := range []string{
+		"| direct | (a) naive", "| direct | (b) WithXactLock, pgx stdlib", "| direct | (c) WithXactLock, pgadvisory driver",
+		"| pgbouncer | (a) naive", "| pgbouncer | (b) WithXactLock, pgx stdlib", "| pgbouncer | (c) WithXactLock, pgadvisory driver",
+		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
+		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
+	} {
+		if !strings.Contains(md, row) {
+			t.Errorf("report lacks %q", row)
+		}
+	}
+	if strings.Contains(md, "### Errors") {
+		t.Errorf("cycles failed:\n%s", md[strings.Index(md, "### Errors"):])
+	}
+	if strings.Contains(md, "| 0 | —") {
+		t.Errorf("a variant completed no cycle:\n%s", md)
+	}
+	if !strings.Contains(errOut.String(), "[ 1/7]") {
+		t.Error("no progress on stderr")
+	}
+	file, err := os.ReadFile(mdPath)
+	if err != nil || string(file) != md {
+		t.Errorf("-out file differs from stdout (err %v)", err)
+	}
+	for _, p := range []string{svgPath, profPath} {
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", p, err)
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Goal is a target ratio between two results of one run: Num's rate over
+// Den's, under one workload.
+type Goal struct {
+	Text     string // e.g. "(c) ≥ 1.5× (a) direct, 32 workers"
+	Workload string
+	Num, Den string // variant IDs
+	NumPath  Path
+	DenPath  Path
+	Want     float64 // the ratio to reach
+}
+
+// Verdict is a Goal evaluated against results.
+type Verdict struct {
+	Goal
+	Got      float64 // measured ratio
+	Measured bool    // both results exist and Den completed cycles
+	Met      bool
+	// Shortfall is how far Got falls below Want, as a fraction of Want
+	// (0.2: 20% short); 0 when met.
+	Shortfall float64
+}
+
+// Evaluate measures g on results.
+func (g Goal) Evaluate(results []*Result) Verdict {
+	v := Verdict{Goal: g}
+	num := Find(results, g.Workload, g.Num, g.NumPath)
+	den := Find(results, g.Workload, g.Den, g.DenPath)
+	if num == nil || den == nil || den.Rate() == 0 {
+		return v
+	}
+	v.Measured = true
+	v.Got = num.Rate() / den.Rate()
+	v.Met = v.Got >= g.Want
+	if !v.Met {
+		v.Shortfall = (g.Want - v.Got) / g.Want
+	}
+	return v
+}
+
+// Report is everything the Markdown and SVG renderings show.
+type Report struct {
+	Title       string
+	Command     string      // the command line that produced it
+	Environment [][2]string // machine, versions, settings: label, value
+	Locks       []*Result
+	Baseline    string // variant ID of the lock baseline, e.g. "a"
+	Overhead    []*Result
+	// OverheadBaseline is the variant ID the driver-overhead contenders
+	// are compared with, e.g. "pgx".
+	OverheadBaseline string
+	Goals            []Goal
+	Meters           []string // CPU meters to show, in order
+	Notes            []string
+}
+
+// FormatLatency renders d for a table: milliseconds with two decimals below
+// 10 ms, one decimal below 1 s, else seconds.
+func FormatLatency(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case d <= 0:
+		return "0"
+	case ms < 10:
+		return fmt.Sprintf("%.2f ms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.1f ms", ms)
+	default:
+		return fmt.Sprintf("%.2f s", ms/1000)
+	}
+}
+
+// workloadSize renders "1 worker, 100 keys".
+func workloadSize(w Workload) string {
+	return plural(w.Workers, "worker") + ", " + plural(w.Keys, "key")
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// FormatRatio renders a ratio as "1.23×".
+func FormatRatio(r float64) string { return fmt.Sprintf("%.2f×", r) }
+
+func rateCell(r *Result) string {
+	s := fmt.Sprintf("%.0f", r.Rate())
+	if len(r.Rates) > 1 {
+		lo, hi := slices.Min(r.Rates), slices.Max(r.Rates)
+		s += fmt.Sprintf(" (%.0f–%.0f)", lo, hi)
+	}
+	return s
+}
+
+// mdEscape makes s safe inside a Markdown table cell.
+func mdEscape(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// WriteMarkdown renders rep as Markdown: environment, the lock table with
+// ratios to the baseline, the goals, CPU use, the driver-overhead table and
+// the first error of every cell that had errors.
+func WriteMarkdown(w io.Writer, rep *Report) error {
+	ew := &errWriter{w: w}
+	p := ew.printf
+	title := rep.Title
+	if title == "" {
+		title = "pgadvisory bench"
+	}
+	p("## %s\n\n", title)
+	if rep.Command != "" {
+		p("```\n%s\n```\n\n", rep.Command)
+	}
+	for _, kv := range rep.Environment {
+		p("- %s: %s\n", kv[0], mdEscape(kv[1]))
+	}
+	if len(rep.Environment) > 0 {
+		p("\n")
+	}
+	if len(rep.Locks) > 0 {
+		p("### Lock cycles (acquire + release, nothing held)\n\n")
+		p("| workload | path | variant | locks/s | × (%s) | p50 | p95 | p99 | max | errors |\n", rep.Baseline)
+		p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, r := range rep.Locks {
+			ratio := "—"
+			if x, ok := Ratio(rep.Locks, r, rep.Baseline); ok {
+				ratio = FormatRatio(x)
+			}
+			h := r.Latency
+			p("| %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+				mdEscape(r.Workload.Name), workloadSize(r.Workload), r.Variant.Path, mdEscape(r.Variant.Label()),
+				rateCell(r), ratio,
+				FormatLatency(h.mustPercentile(50)), FormatLatency(h.mustPercentile(95)),
+				FormatLatency(h.mustPercentile(99)), FormatLatency(h.Max()), r.Errors)
+		}
+		p("\nLatency is acquisition latency: from the start of a cycle until the lock is held. ")
+		p("Ratios compare locks/s with (%s) under the same workload on the same path (Redlock: with (%s) direct).\n\n", rep.Baseline, rep.Baseline)
+	}
+	if len(rep.Goals) > 0 {
+		p("### Goals\n\n| goal | measured | verdict |\n| --- | ---: | --- |\n")
+		for _, g := range rep.Goals {
+			v := g.Evaluate(rep.Locks)
+			switch {
+			case !v.Measured:
+				p("| %s | — | not measured |\n", mdEscape(g.Text))
+			case v.Met:
+				p("| %s | %s | met |\n", mdEscape(g.Text), FormatRatio(v.Got))
+			default:
+				p("| %s | %s | missed by %.0f%% (needs %s more) |\n", mdEscape(g.Text), FormatRatio(v.Got),
+					v.Shortfall*100, FormatRatio(v.Want/v.Got))
+			}
+		}
+		p("\n")
+	}
+	if len(rep.Meters) > 0 && len(rep.Locks) > 0 {
+		p("### CPU during the measured phase\n\n")
+		p("Cores busy (CPU seconds per wall second); client also as CPU time per lock.\n\n")
+		p("| workload | path | variant | client µs/lock |")
+		for _, m := range rep.Meters {
+			p(" %s cores |", m)
+		}
+		p("\n| --- | --- | --- | ---: |%s\n", strings.Repeat(" ---: |", len(rep.Meters)))
+		for _, r := range rep.Locks {
+			perLock := "—"
+			if d, ok := r.CPUPerLock("client"); ok {
+				perLock = fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
+			}
+			p("| %s | %s | %s | %s |", mdEscape(r.Workload.Name), r.Variant.Path, mdEscape(r.Variant.Label()), perLock)
+			for _, m := range rep.Meters {
+				if c, ok := r.Cores(m); ok {
+					p(" %.2f |", c)
+				} else {
+					p(" — |")
+				}
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	if len(rep.Overhead) > 0 {
+		p("### Driver overhead: `SELECT $1::int`, one connection\n\n")
+		p("| path | driver | queries/s | × (%s) | extra per query | p50 | p99 | errors |\n", rep.OverheadBaseline)
+		p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, r := range rep.Overhead {
+			ratio, extra := "—", "—"
+			if x, ok := Ratio(rep.Overhead, r, rep.OverheadBaseline); ok {
+				ratio = FormatRatio(x)
+				b := FindBaseline(rep.Overhead, r, rep.OverheadBaseline)
+				if b != r && r.Rate() > 0 {
+					us := (1/r.Rate() - 1/b.Rate()) * 1e6
+					extra = fmt.Sprintf("%+.1f µs", us)
+				}
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Variant.Path, mdEscape(r.Variant.Label()), rateCell(r), ratio, extra,
+				FormatLatency(r.Latency.mustPercentile(50)), FormatLatency(r.Latency.mustPercentile(99)), r.Errors)
+		}
+		p("\n")
+	}
+	var errLines []string
+	for _, r := range slices.Concat(rep.Locks, rep.Overhead) {
+		if r.Errors > 0 {
+			errLines = append(errLines, fmt.Sprintf("- %s, %s, %s: %d errors, first: `%s`",
+				r.Workload.Name, r.Variant.Path, r.Variant.Label(), r.Errors, strings.ReplaceAll(r.FirstErr, "`", "'")))
+		}
+	}
+	if len(errLines) > 0 {
+		p("### Errors\n\n%s\n\n", strings.Join(errLines, "\n"))
+	}
+	if len(rep.Notes) > 0 {
+		p("### Notes\n\n")
+		for _, n := range rep.Notes {
+			p("- %s\n", n)
+		}
+		p("\n")
+	}
+	return ew.err
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err != nil {
+		return
+	}
+	_, e.err = fmt.Fprintf(e.w, format, args...)
+}
+
+// niceCeil returns a round number ≥ v (1, 2, 2.5 or 5 times a power of
+// ten) for the top of a chart's axis.
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	goredislib "github.com/redis/go-redis/v9"
+
+	"github.com/pgadvisory/pgadvisory/advisory"
+)
+
+// DefaultLockTimeout is the lock_timeout every PostgreSQL variant sets for
+// its lock (the naive pattern's SET LOCAL, WithXactLock's WithTimeout).
+const DefaultLockTimeout = 5 * time.Second
+
+// PgxDriver is the database/sql driver name of pgx's stdlib package.
+const PgxDriver = "pgx"
+
+// Naive is variant (a): the widely copied four-round-trip cycle over
+// pgxpool — BEGIN; SET LOCAL lock_timeout; SELECT pg_advisory_xact_lock;
+// COMMIT.
+func Naive(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	setTimeout := "SET LOCAL lock_timeout = '" + strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms'"
+	return Variant{
+		ID: id, Name: "naive BEGIN; SET LOCAL; lock; COMMIT (pgxpool)", Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			cfg, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				return nil, fmt.Errorf("bench: naive: %w", err)
+			}
+			cfg.MaxConns = int32(conns)
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: naive: %w", err)
+			}
+			if err := prefillPgxpool(ctx, pool, conns); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("bench: naive: %w", err)
+			}
+			return &naiveTarget{pool: pool, setTimeout: setTimeout}, nil
+		},
+	}
+}
+
+type naiveTarget struct {
+	pool       *pgxpool.Pool
+	setTimeout string
+}
+
+func (n *naiveTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	tx, err := n.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, n.setTimeout); err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, err
+	}
+	acq := time.Since(start)
+	return acq, tx.Commit(ctx)
+}
+
+func (n *naiveTarget) Close() error { n.pool.Close(); return nil }
+
+// openSQL opens a database/sql pool of conns connections and checks it.
+func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, error) {
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	if err := prefillSQL(ctx, db, conns); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// prefillSQL opens all conns connections at once and returns them to the
+// idle pool, so connection set-up (and, with pgadvisory, pool-mode
+// detection) is not measured.
+func prefillSQL(ctx context.Context, db *sql.DB, conns int) error {
+	held := make([]*sql.Conn, 0, conns)
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err := c.PingContext(ctx); err != nil {
+			c.Close()
+			return err
+		}
+		held = append(held, c)
+	}
+	return nil
+}
+
+// prefillPgxpool is prefillSQL for pgxpool.
+func prefillPgxpool(ctx context.Context, pool *pgxpool.Pool, conns int) error {
+	held := make([]*pgxpool.Conn, 0, conns)
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range conns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		if err := c.Ping(ctx); err != nil {
+			c.Release()
+			return err
+		}
+		held = append(held, c)
+	}
+	return nil
+}
+
+// XactLock is variants (b) and (c): advisory.WithXactLock over database/sql
+// with the given driver ("pgx" or "pgadvisory").
+func XactLock(id, name, driverName, dsn string, path Path, lockTimeout time.Duration) Variant {
+	return Variant{
+		ID: id, Name: name, Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			db, err := openSQL(ctx, driverName, dsn, conns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			return &xactTarget{db: db, opt: advisory.WithTimeout(lockTimeout)}, nil
+		},
+	}
+}
+
+type xactTarget struct {
+	db  *sql.DB
+	opt advisory.LockOption
+}
+
+func (x *xactTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	var acq time.Duration
+	err := advisory.WithXactLock(ctx, x.db, advisory.IntKey(key), func(context.Context, *sql.Tx) error {
+		acq = time.Since(start)
+		return nil
+	}, x.opt)
+	return acq, err
+}
+
+func (x *xactTarget) Close() error { return x.db.Close() }
+
+// Redlock is variant (d): github.com/go-redsync/redsync/v4 with go-redis v9
+// clients over the independent Redis masters addrs, with redsync's
+// defaults (8 s expiry, 32 tries 50–250 ms apart).
+func Redlock(id string, addrs []string) Variant {
+	return Variant{
+		ID: id, Name: fmt.Sprintf("Redlock, redsync over %d redis-server", len(addrs)), Path: PathRedis,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			if len(addrs) == 0 {
+				return nil, errors.New("bench: redlock: no Redis addresses")
+			}
+			t := &redlockTarget{}
+			var pools []redsyncredis.Pool
+			for _, a := range addrs {
+				c := goredislib.NewClient(&goredislib.Options{Addr: a, PoolSize: conns})
+				t.clients = append(t.clients, c)
+				if err := c.Ping(ctx).Err(); err != nil {
+					t.Close()
+					return nil, fmt.Errorf("bench: redlock: ping %s: %w", a, err)
+				}
+				pools = append(pools, goredis.NewPool(c))
+			}
+			t.rs = redsync.New(pools...)
+			return t, nil
+		},
+	}
+}
+
+type redlockTarget struct {
+	clients []*goredislib.Client
+	rs      *redsync.Redsync
+}
+
+func (r *redlockTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	m := r.rs.NewMutex("pgadvisory-bench:" + strconv.FormatInt(key, 10))
+	if err := m.LockContext(ctx); err != nil {
+		return 0, err
+	}
+	acq := time.Since(start)
+	ok, err := m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("bench: redlock: unlock reached no quorum")
+	}
+	return acq, err
+}
+
+func (r *redlockTarget) Close() error {
+	var errs []error
+	for _, c := range r.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// SelectInt is a driver-overhead contender: one "SELECT $1::int" round trip
+// over database/sql with the given driver; the answer is checked.
+func SelectInt(id, name, driverName, dsn string, path Path) Variant {
+	return Variant{
+		ID: id, Name: name, Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			db, err := openSQL(ctx, driverName, dsn, conns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			return &selectTarget{db: db}, nil
+		},
+	}
+}
+
+type selectTarget struct{ db *sql.DB }
+
+func (s *selectTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	want := int32(key)
+	var got int32
+	if err := s.db.QueryRowContext(ctx, "SELECT $1::int", want).Scan(&got); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	if got != want {
+		return d, fmt.Errorf("bench: SELECT $1::int returned %d for %d", got, want)
+	}
+	return d, nil
+}
+
+func (s *selectTarget) Close() error { return s.db.Close() }
