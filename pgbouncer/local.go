@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/internal/spawn"
 )
 
 // process is one server program the local back end started.
@@ -173,7 +175,7 @@ func (lc *localCluster) initdb(ctx context.Context) error {
 }
 
 func runWithContext(ctx context.Context, cmd *exec.Cmd) error {
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
@@ -202,7 +204,7 @@ func (lc *localCluster) spawn(name, logName, bin string, args ...string) (*proce
 	}
 	cmd := lc.command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return nil, fmt.Errorf("pgbouncer: start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, logStart: logStart, done: make(chan struct{})}

@@ -35,6 +35,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	childproc "github.com/pgadvisory/pgadvisory/internal/spawn"
 )
 
 // Package is the Debian package that provides redis-server.
@@ -226,7 +228,7 @@ func spawn(bin, dir string, port int) (*instance, error) {
 	)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("redislab: start %s: %w", bin, err)
 	}
 	inst := &instance{cmd: cmd, done: make(chan struct{}), log: logPath}

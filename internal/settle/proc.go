@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/internal/spawn"
 )
 
 // WorkerEnv is the environment variable that carries a WorkerSpec (as JSON)
@@ -163,7 +164,7 @@ func StartProc(spec WorkerSpec, argv ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return nil, fmt.Errorf("settle: start worker %s: %w", spec.Name, err)
 	}
 	go func() {
