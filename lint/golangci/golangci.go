@@ -2,17 +2,37 @@
 // module plugin named "pgadvisory". It lives apart from package lint so
 // that importing the analyzer does not pull in the plugin registry.
 //
-// Build a custom golangci-lint with this module listed in .custom-gcl.yml
-// and enable the linter in .golangci.yml:
+// Build a custom golangci-lint (v2; v2.15.0 is tested) with this module
+// listed in .custom-gcl.yml, then run `golangci-lint custom` with cgo
+// enabled: the analyzer parses SQL with pg_query_go, a cgo package.
 //
+//	version: v2.15.0
+//	plugins:
+//	  - module: github.com/pgadvisory/pgadvisory
+//	    import: github.com/pgadvisory/pgadvisory/lint/golangci
+//	    version: latest   # or path: /local/checkout
+//
+// and enable the linter in .golangci.yml. Settings are a lint.Config;
+// an unknown key or category stops golangci-lint with an error:
+//
+//	version: "2"
 //	linters:
 //	  enable: [pgadvisory]
 //	  settings:
 //	    custom:
 //	      pgadvisory:
 //	        type: module
+//	        description: session-level advisory locks in SQL
 //	        settings:
 //	          skip: [conn]
+//
+// Findings read "file:line:col: category: message (pgadvisory)", the same
+// positions and messages as pgadvisoryvet; golangci-lint's //nolint:pgadvisory
+// and the analyzer's //pgadvisory:ignore both silence a line, and
+// `golangci-lint run --fix` applies the tx fix (session lock to xact lock).
+// e2e.sh in this directory builds such a binary and checks all of this; it
+// is manual (it downloads golangci-lint through the module proxy and builds
+// it for minutes), not part of make test.
 package golangci
 
 import (
