@@ -42,6 +42,9 @@ func FencingSchemaStatements() []string { return []string{fencingSeqDDL, fencing
 
 // CreateFencingSchema runs FencingSchemaStatements on db.
 func CreateFencingSchema(ctx context.Context, db Querier) error {
+	if err := badArgs("CreateFencingSchema", ctx, db, "database handle"); err != nil {
+		return err
+	}
 	for _, s := range FencingSchemaStatements() {
 		if _, err := db.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("advisory: create fencing schema (%s): %w", strings.SplitN(s, " (", 2)[0], err)
@@ -76,8 +79,8 @@ const (
 // lock, and need not even run on the same database connection; it must run
 // on the database that holds pgadvisory_fence.
 func CheckToken(ctx context.Context, tx Querier, resource string, token Token) error {
-	if tx == nil {
-		return errors.New("advisory: CheckToken: nil transaction")
+	if err := badArgs("CheckToken", ctx, tx, "transaction"); err != nil {
+		return err
 	}
 	if _, ok := tx.(Beginner); ok {
 		return fmt.Errorf("advisory: CheckToken needs the transaction that writes the resource, got %T", tx)

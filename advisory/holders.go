@@ -79,8 +79,8 @@ func Waiters(ctx context.Context, db Querier, key Key) ([]LockInfo, error) {
 }
 
 func queryLocks(ctx context.Context, db Querier, key *Key, granted *bool) ([]LockInfo, error) {
-	if db == nil {
-		return nil, fmt.Errorf("advisory: list locks: nil database handle")
+	if err := badArgs("list locks", ctx, db, "database handle"); err != nil {
+		return nil, err
 	}
 	var subID, classID, objID, g any // NULL unless filtered
 	if key != nil {

@@ -74,8 +74,8 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
-	if db == nil {
-		return nil, errors.New("advisory: HoldSession: nil database handle")
+	if err := badArgs("HoldSession", ctx, db, "database handle"); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, classify(ctx, "session lock", key, err)

@@ -50,8 +50,11 @@ func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context
 	if err != nil {
 		return err
 	}
-	if db == nil || fn == nil {
-		return errors.New("advisory: WithXactLock: nil database handle or callback")
+	if err := badArgs("WithXactLock", ctx, db, "database handle"); err != nil {
+		return err
+	}
+	if fn == nil {
+		return errors.New("advisory: WithXactLock: nil callback")
 	}
 	// Fail fast on an expired context before opening a transaction.
 	if _, err := waitLimit(ctx, key, c); err != nil {
@@ -122,7 +125,7 @@ func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) erro
 	if err != nil {
 		return err
 	}
-	if err := needTx("XactLock", tx); err != nil {
+	if err := needTx("XactLock", ctx, tx); err != nil {
 		return err
 	}
 	ok, err := acquire(ctx, tx, key, c, false)
@@ -146,16 +149,16 @@ func TryXactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (
 	if err != nil {
 		return false, err
 	}
-	if err := needTx("TryXactLock", tx); err != nil {
+	if err := needTx("TryXactLock", ctx, tx); err != nil {
 		return false, err
 	}
 	c.set |= optNoWait
 	return acquire(ctx, tx, key, c, false)
 }
 
-func needTx(fn string, q Querier) error {
-	if q == nil {
-		return fmt.Errorf("advisory: %s: nil transaction", fn)
+func needTx(fn string, ctx context.Context, q Querier) error {
+	if err := badArgs(fn, ctx, q, "transaction"); err != nil {
+		return err
 	}
 	if _, ok := q.(Beginner); ok {
 		return fmt.Errorf("advisory: %s needs a transaction (*sql.Tx, *sqlx.Tx), got %T: "+
