@@ -3,6 +3,10 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,9 +20,12 @@ import (
 // setting lock_timeout and taking pg_advisory_xact_lock; COMMIT) with
 // 16×GOMAXPROCS workers over 100 keys, through plain pgx stdlib, pgadvisory
 // with pipelined BEGIN (2 round trips per cycle) and pgadvisory without it
-// (3), direct and through PgBouncer transaction pooling (pool size 4). All
-// use default_query_exec_mode=cache_describe, pgx's default being unsafe
-// behind the pooler. It logs each variant's locks/s relative to pgx stdlib:
+// (3), direct and through PgBouncer transaction pooling (pool size 4).
+// Direct it runs twice: with pgx's default exec mode, cache_statement (named
+// prepared statements, what a direct deployment uses), and with
+// cache_describe; through PgBouncer with cache_describe, pgx's default being
+// unsafe behind the pooler. It logs each variant's locks/s relative to pgx
+// stdlib:
 //
 //	go test -run '^$' -bench LockCycle -benchtime 3s -count 3 .
 func BenchmarkLockCycle(b *testing.B) {
@@ -31,6 +38,7 @@ func BenchmarkLockCycle(b *testing.B) {
 		name string
 		dsn  string
 	}{
+		{"direct-cache_statement", c.DirectDSN()},
 		{"direct", withParams(b, c.DirectDSN(), "default_query_exec_mode", "cache_describe")},
 		{"pgbouncer-transaction", withParams(b, c.WideDSN(pgbouncer.Transaction), "default_query_exec_mode", "cache_describe")},
 	}
@@ -85,4 +93,89 @@ func BenchmarkLockCycle(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkLockCycleServerCPU runs advisory.WithXactLock cycles one after
+// another on a single direct connection and reports the CPU time the
+// PostgreSQL backend serving it spent per cycle (server-µs/lock, from
+// /proc/<pid>/stat), for plain pgx stdlib and pgadvisory, in the exec modes
+// cache_statement (pgx's default) and cache_describe. The server's work per
+// cycle is what the client cannot pipeline away: on a machine where client
+// and server share the cores, it bounds the locks/s.
+//
+//	go test -run '^$' -bench LockCycleServerCPU -benchtime 3s .
+//
+// It needs the PostgreSQL server on this machine (the harness's local
+// backend) and skips otherwise.
+func BenchmarkLockCycleServerCPU(b *testing.B) {
+	c := pgbouncer.Need(b, cluster)
+	noop := func(context.Context, *sql.Tx) error { return nil }
+	for _, mode := range []string{"cache_statement", "cache_describe"} {
+		for _, drv := range []string{"pgx", "pgadvisory"} {
+			b.Run("mode="+mode+"/driver="+drv, func(b *testing.B) {
+				db, err := sql.Open(drv, withParams(b, c.DirectDSN(), "default_query_exec_mode", mode))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				db.SetMaxOpenConns(1)
+				ctx := context.Background()
+				var pid int
+				if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					b.Fatal(err)
+				}
+				key := advisory.IntKey(7_600_000)
+				if err := advisory.WithXactLock(ctx, db, key, noop); err != nil { // warm up: prepare, caches
+					b.Fatal(err)
+				}
+				before, err := procCPU(pid)
+				if err != nil {
+					b.Skipf("server backend CPU time unreadable (PostgreSQL not on this machine?): %v", err)
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					if err := advisory.WithXactLock(ctx, db, key, noop); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				after, err := procCPU(pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64((after-before).Microseconds())/float64(b.N), "server-µs/lock")
+			})
+		}
+	}
+}
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, fixed
+// at 100 by the Linux ABI).
+const userHZ = 100
+
+// procCPU returns the user plus system CPU time of process pid so far.
+func procCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// blanks: state is field 3, utime and stime are fields 14 and 15.
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
@@ -67,7 +66,7 @@ type Conn struct {
 	pgxMode  pgx.QueryExecMode // the pgx connection's default exec mode
 	tracer   pgx.QueryTracer   // the pgx connection's tracer, told about pipelined statements
 	eqb      pgx.ExtendedQueryBuilder
-	descs    map[string]*pgconn.StatementDescription // first statements' descriptions (cache exec modes)
+	stmts    firstStatements // first statements' prepared statements and descriptions (pipeline_cache.go)
 
 	// database/sql uses a connection from one goroutine at a time.
 	inTx          bool    // explicit transaction open through BeginTx
@@ -96,6 +95,7 @@ func newConn(c *Connector, inner driver.Conn, pc *pgx.Conn, mode poolmode.Mode, 
 	if _, ok := inner.(*stdlib.Conn); ok && pc != nil && c.cfg.pipelineBegin && mode != poolmode.Statement {
 		cfg := pc.Config() // a copy: once per connection
 		conn.pipeline, conn.pgxMode, conn.tracer = true, cfg.DefaultQueryExecMode, cfg.Tracer
+		conn.stmts.configure(cfg.StatementCacheCapacity, cfg.DescriptionCacheCapacity)
 	}
 	return conn
 }

@@ -7,10 +7,13 @@ package pgadvisory
 // pg_advisory_xact_lock(...); COMMIT costs three round trips. Here BeginTx
 // sends nothing; the first statement of the transaction sends BEGIN and
 // itself in one write through a pgconn pipeline (Parse/Bind/Execute of BEGIN,
-// then of the statement, then one Sync), so the cycle costs two. The
-// statement is encoded exactly as pgx's Conn.Query/Exec would for the
-// connection's exec mode (same statement description, parameter formats and
-// result formats), and the rows come back through our own conversion to
+// then of the statement, then one Sync), so the cycle costs two. Like pgx,
+// the statement is prepared once per connection under a name in
+// cache_statement mode and then only bound and executed, so that the server
+// does not parse and plan it again (pipeline_cache.go). The statement is
+// encoded exactly as pgx's Conn.Query/Exec would for the connection's exec
+// mode (same statement description, parameter formats and result formats),
+// and the rows come back through our own conversion to
 // driver.Values (rows.go), whose contract is to yield what database/sql
 // would get from pgx stdlib for the same statement. Everything after the
 // first statement takes the untouched stdlib path.
@@ -53,11 +56,6 @@ const (
 	txOpen                   // BEGIN sent and succeeded
 	txFailed                 // BEGIN failed: statements and Commit return beginErr, Rollback sends nothing
 )
-
-// maxPipelineDescriptions bounds the statement descriptions a connection
-// keeps for first statements (cache_statement and cache_describe exec
-// modes). When full the map starts over.
-const maxPipelineDescriptions = 256
 
 // beginSQLs[isolation][readOnly]: the BEGIN text for every isolation level
 // database/sql defines, built from fixed words only, never from caller text.
@@ -191,7 +189,12 @@ func retryable(err error) error {
 // describe returns the statement description pgx's Query/Exec would use for
 // query in this connection's exec mode: nil (and true) for exec mode; false
 // when the statement cannot go through the pipeline (simple protocol). A
-// failed describe returns its error; nothing of the transaction was sent.
+// description with a Name is that of a statement prepared on the server,
+// executed by name; one without is sent with its text. In cache_statement
+// mode (where named statements are safe: not behind transaction or
+// statement pooling) and cache_describe mode the connection's caches supply
+// it (pipeline_cache.go). A failed describe returns its error; nothing of
+// the transaction was sent.
 func (c *Conn) describe(ctx context.Context, query string, prepared bool) (*pgconn.StatementDescription, bool, error) {
 	if prepared {
 		// pgx stdlib prepared it under its own text as name; pgx returns
@@ -202,29 +205,30 @@ func (c *Conn) describe(ctx context.Context, query string, prepared bool) (*pgco
 	switch c.execMode() {
 	case pgx.QueryExecModeExec:
 		return nil, true, nil
-	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
-		if sd := c.descs[query]; sd != nil {
-			return sd, true, nil
+	case pgx.QueryExecModeCacheStatement:
+		if c.stmts.namedOff {
+			return nil, false, nil // pgx refuses the mode: its error, after BEGIN
 		}
-		sd, err := c.pgx.Prepare(ctx, "", query)
-		if err != nil {
-			return nil, false, err
+		if !c.pooled {
+			sd, err := c.namedFirst(ctx, query)
+			return sd, err == nil, err
 		}
-		if c.descs == nil || len(c.descs) >= maxPipelineDescriptions {
-			c.descs = make(map[string]*pgconn.StatementDescription)
+		// Named statements break behind a transaction pooler (the user
+		// declared prepared statements safe there): send it unnamed.
+		sd, err := c.describedFirst(ctx, query)
+		return sd, err == nil, err
+	case pgx.QueryExecModeCacheDescribe:
+		if c.stmts.descsOff {
+			return nil, false, nil
 		}
-		c.descs[query] = sd
-		return sd, true, nil
+		sd, err := c.describedFirst(ctx, query)
+		return sd, err == nil, err
 	case pgx.QueryExecModeDescribeExec:
 		sd, err := c.pgx.Prepare(ctx, "", query)
 		return sd, err == nil, err
 	}
 	return nil, false, nil
 }
-
-// forget drops a cached description after an error, as pgx does with its
-// own caches (the schema may have changed).
-func (c *Conn) forget(query string) { delete(c.descs, query) }
 
 // firstCall is one first statement of a pipelined transaction.
 type firstCall struct {
@@ -262,7 +266,9 @@ func (c *Conn) prepareFirst(ctx context.Context, call firstCall, vals []any) (sd
 func (c *Conn) sendFirst(ctx context.Context, call firstCall, sd *pgconn.StatementDescription, resultFormats []int16) (*pgconn.Pipeline, error) {
 	p := c.pgx.PgConn().StartPipeline(ctx)
 	p.SendQueryParams(c.beginSQL, nil, nil, nil, nil)
-	if call.prepared {
+	if sd != nil && sd.Name != "" {
+		// A statement prepared on the server (by pgx stdlib's Prepare, or
+		// by namedFirst): Bind and Execute only, as pgx's ExecStatement.
 		p.SendQueryStatement(sd, c.eqb.ParamValues, c.eqb.ParamFormats, resultFormats)
 	} else {
 		var oids []uint32
@@ -320,8 +326,8 @@ func (c *Conn) execFirst(ctx context.Context, call firstCall, inner func() (driv
 		return c.fallback(ctx, inner)
 	}
 	rf := c.eqb.ResultFormats
-	if call.prepared {
-		rf = append([]int16(nil), rf...) // the pipeline keeps it; eqb is reused
+	if sd != nil && sd.Name != "" {
+		rf = append([]int16(nil), rf...) // SendQueryStatement keeps it until the result is read; eqb is reused
 	}
 	p, err := c.sendFirst(ctx, call, sd, rf)
 	if err != nil {
@@ -341,9 +347,7 @@ func (c *Conn) execFirst(ctx context.Context, call firstCall, inner func() (driv
 		err = cerr
 	}
 	c.traceEnd(sctx, tag, err)
-	if err != nil {
-		c.forget(call.query)
-	}
+	c.forget(call.query, err)
 	return driver.RowsAffected(tag.RowsAffected()), err
 }
 
@@ -419,7 +423,7 @@ func (c *Conn) queryFirst(ctx context.Context, call firstCall, inner func() (dri
 	if err != nil {
 		p.Close()
 		c.traceEnd(sctx, pgconn.CommandTag{}, err)
-		c.forget(call.query)
+		c.forget(call.query, err)
 		return nil, err
 	}
 	return newPipelinedRows(sctx, c, rr, p, call.query)

@@ -3,6 +3,7 @@ package pgadvisory_test
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -26,14 +27,73 @@ import (
 // turnProxy is a loopback TCP proxy that counts round trips: a turn is the
 // client speaking after the server spoke (or first). A client that waits for
 // each reply before sending again makes one turn per round trip; requests
-// sent together in one pipeline make one.
+// sent together in one pipeline make one. It also counts the client's
+// protocol messages by type byte ('P' Parse, 'B' Bind, 'D' Describe, 'E'
+// Execute, 'C' Close, 'S' Sync, 'Q' simple Query).
 type turnProxy struct {
 	ln     net.Listener
 	target string
 	turns  atomic.Int64
+	msgs   [256]atomic.Int64
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  []net.Conn
+}
+
+// reset zeroes the counters.
+func (p *turnProxy) reset() {
+	p.turns.Store(0)
+	for i := range p.msgs {
+		p.msgs[i].Store(0)
+	}
+}
+
+// sent returns how many messages of type typ the client sent since the last
+// reset.
+func (p *turnProxy) sent(typ byte) int64 { return p.msgs[typ].Load() }
+
+// messageSplitter cuts one client connection's byte stream into protocol
+// messages: first untyped ones (SSLRequest, GSSENCRequest, then the startup
+// message or a CancelRequest), then typed ones (a type byte, a length that
+// counts itself, the body).
+type messageSplitter struct {
+	p       *turnProxy
+	buf     []byte
+	startup bool // the untyped startup phase is over
+}
+
+const (
+	sslRequestCode    = 80877103
+	gssEncRequestCode = 80877104
+)
+
+func (m *messageSplitter) feed(b []byte) {
+	m.buf = append(m.buf, b...)
+	for {
+		if !m.startup {
+			if len(m.buf) < 8 {
+				break
+			}
+			n := int(binary.BigEndian.Uint32(m.buf))
+			if n < 8 || len(m.buf) < n {
+				break
+			}
+			code := binary.BigEndian.Uint32(m.buf[4:8])
+			m.buf = m.buf[n:]
+			m.startup = code != sslRequestCode && code != gssEncRequestCode
+			continue
+		}
+		if len(m.buf) < 5 {
+			break
+		}
+		n := 1 + int(binary.BigEndian.Uint32(m.buf[1:5]))
+		if len(m.buf) < n {
+			break
+		}
+		m.p.msgs[m.buf[0]].Add(1)
+		m.buf = m.buf[n:]
+	}
+	m.buf = append(m.buf[:0:0], m.buf...) // do not keep consumed bytes alive
 }
 
 func startTurnProxy(t testing.TB, target string) *turnProxy {
@@ -66,6 +126,7 @@ func (p *turnProxy) serve() {
 		p.mu.Unlock()
 		var serverSpoke atomic.Bool
 		serverSpoke.Store(true) // the client's first bytes are a turn
+		split := &messageSplitter{p: p}
 		p.wg.Add(2)
 		go func() { // client → server
 			defer p.wg.Done()
@@ -77,6 +138,7 @@ func (p *turnProxy) serve() {
 					if serverSpoke.Swap(false) {
 						p.turns.Add(1)
 					}
+					split.feed(buf[:n])
 					if _, werr := server.Write(buf[:n]); werr != nil {
 						return
 					}
@@ -722,24 +784,31 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	type target struct {
 		name, dsn string
-		pipelined bool // else the fallback (BEGIN on its own)
+		pgxDSN    string // for pgx stdlib, when it differs
+		pipelined bool   // else the fallback (BEGIN on its own)
+		named     bool   // a named prepared statement: parsed once, then Bind/Execute only
 		queryRTs  int64
 	}
 	var targets []target
 	for _, m := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
-		tg := target{name: "direct/" + m, dsn: withParams(t, c.DirectDSN(), "default_query_exec_mode", m), pipelined: m != "simple_protocol", queryRTs: 1}
+		tg := target{name: "direct/" + m, dsn: withParams(t, c.DirectDSN(), "default_query_exec_mode", m), pipelined: m != "simple_protocol", named: m == "cache_statement", queryRTs: 1}
 		if m == "describe_exec" {
 			tg.queryRTs = 2 // describe, then BEGIN+execute
 		}
 		targets = append(targets, tg)
 	}
-	targets = append(targets, target{name: "pgbouncer-transaction/auto", dsn: c.DSN(pgbouncer.Transaction), pipelined: true, queryRTs: 1})
+	targets = append(targets,
+		target{name: "pgbouncer-transaction/auto", dsn: c.DSN(pgbouncer.Transaction), pgxDSN: withParams(t, c.DSN(pgbouncer.Transaction), "default_query_exec_mode", "cache_describe"), pipelined: true, queryRTs: 1},
+		// Session pooling keeps pgx's default, cache_statement: named
+		// statements are safe there.
+		target{name: "pgbouncer-session/cache_statement", dsn: withParams(t, c.WideDSN(pgbouncer.Session), pgadvisory.ParamPoolMode, "session"), pgxDSN: c.WideDSN(pgbouncer.Session), pipelined: true, named: true, queryRTs: 1},
+	)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := t.Context()
 			pgxDSN := tg.dsn
-			if strings.HasPrefix(tg.name, "pgbouncer") {
-				pgxDSN = withParams(t, pgxDSN, "default_query_exec_mode", "cache_describe")
+			if tg.pgxDSN != "" {
+				pgxDSN = tg.pgxDSN
 			}
 			ref, err := sql.Open("pgx", pgxDSN)
 			if err != nil {
@@ -761,8 +830,8 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 			}
 			for _, q := range queries {
 				want, wantCols := collect(t, ctx, func() (*sql.Rows, error) { return ref.QueryContext(ctx, q.q, q.args...) })
-				for i := range 2 { // the second time the description is cached
-					p.turns.Store(0)
+				for i := range 3 { // later times the statement or its description is cached
+					p.reset()
 					tx, err := conn.BeginTx(ctx, nil)
 					if err != nil {
 						t.Fatal(err)
@@ -775,13 +844,26 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 					if !reflect.DeepEqual(gotCols, wantCols) {
 						t.Errorf("%s: column types differ\npipelined: %v\nstdlib:    %v", q.name, gotCols, wantCols)
 					}
-					if i == 1 {
+					if i >= 1 {
 						want := tg.queryRTs + 1 // + ROLLBACK
 						if !tg.pipelined {
 							want++ // BEGIN on its own
 						}
 						if n := p.turns.Load(); n != want {
 							t.Errorf("%s: %d round trips for query and rollback, want %d (pipelined=%v)", q.name, n, want, tg.pipelined)
+						}
+					}
+					if tg.named {
+						// The first time: Parse of the named statement (in
+						// its own round trip, with a Close of the new name
+						// ahead of it) and of the BEGIN; later only the
+						// BEGIN's.
+						wantParse, wantClose := int64(2), int64(1)
+						if i >= 1 {
+							wantParse, wantClose = 1, 0
+						}
+						if n, m := p.sent('P'), p.sent('C'); n != wantParse || m != wantClose {
+							t.Errorf("%s, execution %d: %d Parse and %d Close messages, want %d and %d", q.name, i+1, n, m, wantParse, wantClose)
 						}
 					}
 				}
@@ -961,4 +1043,302 @@ func ExampleWithPipelineBegin() {
 	defer db2.Close()
 	fmt.Println("ok")
 	// Output: ok
+}
+
+// lockCycleMessages runs advisory.WithXactLock cycles on one connection
+// after a warm-up and returns, per cycle, the statements the server parsed
+// (Parse and simple Query messages) and the Describe messages.
+func lockCycleMessages(t *testing.T, driverName, dsn string) (parsed, described float64) {
+	t.Helper()
+	const cycles = 5
+	conn, p := pinned(t, driverName, dsn)
+	ctx := t.Context()
+	cycle := func() {
+		err := advisory.WithXactLock(ctx, conn, advisory.IntKey(7_610_000), func(context.Context, *sql.Tx) error { return nil },
+			advisory.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	p.reset()
+	for range cycles {
+		cycle()
+	}
+	return float64(p.sent('P')+p.sent('Q')) / cycles, float64(p.sent('D')) / cycles
+}
+
+// TestPipelineFirstStatementMessages compares, message by message, what a
+// lock cycle asks of the server through pgx stdlib and through pgadvisory:
+// pipelining BEGIN must not make the server parse more. In cache_statement
+// mode the lock statement is a named prepared statement either way; in
+// cache_describe mode it is parsed every time either way, and its cached
+// description spares the Describe round trip.
+func TestPipelineFirstStatementMessages(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	for _, mode := range []string{"cache_statement", "cache_describe"} {
+		t.Run(mode, func(t *testing.T) {
+			dsn := withParams(t, c.DirectDSN(), "default_query_exec_mode", mode)
+			refParsed, refDescribed := lockCycleMessages(t, "pgx", dsn)
+			parsed, described := lockCycleMessages(t, "pgadvisory", dsn)
+			t.Logf("per cycle: pgx stdlib parses %.1f and describes %.1f, pgadvisory %.1f and %.1f", refParsed, refDescribed, parsed, described)
+			if parsed != refParsed {
+				t.Errorf("the server parses %.1f statements per cycle through pgadvisory, %.1f through pgx stdlib", parsed, refParsed)
+			}
+			// pgconn's pipeline sends a Describe of the BEGIN's portal
+			// (answered NoData, no planning): one more per cycle.
+			if described != refDescribed+1 {
+				t.Errorf("%.1f Describe messages per cycle through pgadvisory, want pgx stdlib's %.1f plus the BEGIN's", described, refDescribed)
+			}
+		})
+	}
+}
+
+// ourStatements counts the prepared statements pgadvisory's first
+// statements hold on the connection's server session.
+func ourStatements(t *testing.T, ctx context.Context, conn *sql.Conn) int {
+	t.Helper()
+	var n int
+	err := conn.QueryRowContext(ctx, "SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE starts_with(name, $1)",
+		pgadvisory.FirstStatementPrefix).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// firstInTx runs query as the first statement of a transaction, rolls back,
+// and returns its single value.
+func firstInTx(ctx context.Context, conn *sql.Conn, query string, args ...any) (any, error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var v any
+	if err := tx.QueryRowContext(ctx, query, args...).Scan(&v); err != nil {
+		return nil, err
+	}
+	return v, tx.Rollback()
+}
+
+// TestPipelineNamedStatementEviction: the per-connection cache of named
+// first statements is bounded; evicted statements are closed on the server
+// and prepared again when they come back.
+func TestPipelineNamedStatementEviction(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	conn, p := pinned(t, "pgadvisory", c.DirectDSN())
+	ctx := t.Context()
+	query := func(i int) string { return fmt.Sprintf("SELECT $1::int8 + %d", i) }
+	n := pgadvisory.MaxFirstStatements + 4
+	for i := range n {
+		v, err := firstInTx(ctx, conn, query(i), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != int64(1+i) {
+			t.Fatalf("%s: %v, want %d", query(i), v, 1+i)
+		}
+	}
+	if got := ourStatements(t, ctx, conn); got != pgadvisory.MaxFirstStatements {
+		t.Fatalf("%d prepared statements after %d distinct first statements, want the capacity %d", got, n, pgadvisory.MaxFirstStatements)
+	}
+	if named, stale := firstStatementState(t, conn); named != pgadvisory.MaxFirstStatements || stale != 0 {
+		t.Fatalf("cache holds %d statements and %d names to close, want %d and 0", named, stale, pgadvisory.MaxFirstStatements)
+	}
+	// The most recent is still prepared; the first was evicted.
+	p.reset()
+	if v, err := firstInTx(ctx, conn, query(n-1), 2); err != nil || v != int64(n+1) {
+		t.Fatalf("most recent statement again: %v %v", v, err)
+	}
+	if got := p.sent('P'); got != 1 {
+		t.Errorf("most recent statement again: %d Parse messages, want 1 (the BEGIN's)", got)
+	}
+	p.reset()
+	if v, err := firstInTx(ctx, conn, query(0), 2); err != nil || v != int64(2) {
+		t.Fatalf("evicted statement again: %v %v", v, err)
+	}
+	if got := p.sent('P'); got != 2 {
+		t.Errorf("evicted statement again: %d Parse messages, want 2 (prepared again, and the BEGIN)", got)
+	}
+	if got := ourStatements(t, ctx, conn); got != pgadvisory.MaxFirstStatements {
+		t.Errorf("%d prepared statements after re-preparing an evicted one, want %d", got, pgadvisory.MaxFirstStatements)
+	}
+}
+
+// sqlState returns err's SQLSTATE, or "" when it has none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// TestPipelineNamedStatementInvalidation changes what a cached first
+// statement returns (ALTER TABLE) and discards every prepared statement of
+// the session (DISCARD ALL), and checks that pgadvisory behaves as pgx
+// stdlib with its own cached statement: the same error once, then the same
+// values from a statement prepared again.
+func TestPipelineNamedStatementInvalidation(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	db := openT(t, c.DirectDSN())
+	const table = "pipeline_named_inval"
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (id int, v int); INSERT INTO "+table+" VALUES (1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	const query = "SELECT v FROM " + table + " WHERE id = $1"
+	conns := map[string]*sql.Conn{}
+	var ours *turnProxy
+	for _, drv := range []string{"pgx", "pgadvisory"} {
+		conn, p := pinned(t, drv, c.DirectDSN())
+		conns[drv] = conn
+		if drv == "pgadvisory" {
+			ours = p
+		}
+		if v, err := firstInTx(ctx, conn, query, 1); err != nil || v != int64(10) {
+			t.Fatalf("%s before ALTER: %v %v", drv, v, err)
+		}
+	}
+	// compare runs the statement on both connections twice and checks
+	// that they fail and succeed alike.
+	compare := func(step string) {
+		t.Helper()
+		var errs, vals [2][2]any
+		for i, drv := range []string{"pgx", "pgadvisory"} {
+			for j := range 2 {
+				v, err := firstInTx(ctx, conns[drv], query, 1)
+				errs[i][j], vals[i][j] = sqlState(err), v
+				if err != nil && sqlState(err) == "" {
+					t.Fatalf("%s, %s, run %d: %v", step, drv, j+1, err)
+				}
+				t.Logf("%s, %s, run %d: %#v %v", step, drv, j+1, v, err)
+			}
+		}
+		if errs[0] != errs[1] || !reflect.DeepEqual(vals[0], vals[1]) {
+			t.Errorf("%s: pgx stdlib got %v %v, pgadvisory %v %v", step, errs[0], vals[0], errs[1], vals[1])
+		}
+		if errs[1][1] != "" {
+			t.Errorf("%s: second run through pgadvisory failed with %v", step, errs[1][1])
+		}
+	}
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ALTER COLUMN v TYPE text"); err != nil {
+		t.Fatal(err)
+	}
+	compare("after ALTER TABLE")
+	if got := ourStatements(t, ctx, conns["pgadvisory"]); got != 1 {
+		t.Errorf("%d prepared statements after re-preparing, want 1 (the stale one closed)", got)
+	}
+	for _, conn := range conns {
+		if _, err := conn.ExecContext(ctx, "DISCARD ALL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compare("after DISCARD ALL")
+	// The lock statement keeps working on the connection.
+	ours.reset()
+	if v, err := firstInTx(ctx, conns["pgadvisory"], query, 1); err != nil || v != "10" {
+		t.Fatalf("after recovery: %v %v", v, err)
+	}
+	if got := ours.sent('P'); got != 1 {
+		t.Errorf("after recovery: %d Parse messages, want 1 (the BEGIN's)", got)
+	}
+	if named, stale := firstStatementState(t, conns["pgadvisory"]); named != 1 || stale != 0 {
+		t.Errorf("after recovery: %d cached statements and %d names to close, want 1 and 0", named, stale)
+	}
+}
+
+// TestPipelineNamedStatementSurvivesLockTimeout: a lock timeout is not a
+// reason to prepare the lock statement again.
+func TestPipelineNamedStatementSurvivesLockTimeout(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	key := advisory.IntKey(7_620_000)
+	holder := openT(t, c.DirectDSN())
+	htx, err := holder.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer htx.Rollback()
+	if err := advisory.XactLock(ctx, htx, key); err != nil {
+		t.Fatal(err)
+	}
+	conn, p := pinned(t, "pgadvisory", c.DirectDSN())
+	noop := func(context.Context, *sql.Tx) error { return nil }
+	err = advisory.WithXactLock(ctx, conn, key, noop, advisory.WithTimeout(20*time.Millisecond))
+	if !errors.Is(err, advisory.ErrLockTimeout) {
+		t.Fatalf("lock held elsewhere: %v, want advisory.ErrLockTimeout", err)
+	}
+	if err := htx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	p.reset()
+	if err := advisory.WithXactLock(ctx, conn, key, noop, advisory.WithTimeout(20*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := p.sent('P'), p.sent('C'); n != 1 || m != 0 {
+		t.Errorf("lock after a lock timeout: %d Parse and %d Close messages, want 1 (the BEGIN's) and 0", n, m)
+	}
+}
+
+func firstStatementState(t *testing.T, conn *sql.Conn) (named, stale int) {
+	t.Helper()
+	if err := conn.Raw(func(dc any) error {
+		named, stale = pgadvisory.FirstStatementState(dc)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return named, stale
+}
+
+// TestPipelineNamedStatementPrepareFails: a first statement the server
+// cannot prepare fails inside the transaction as with pgx stdlib, leaves
+// nothing cached, and names of failed prepares do not pile up.
+func TestPipelineNamedStatementPrepareFails(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	conn, _ := pinned(t, "pgadvisory", c.DirectDSN())
+	ctx := t.Context()
+	for i := range 20 {
+		_, err := firstInTx(ctx, conn, fmt.Sprintf("SELECT v FROM pipeline_no_such_table_%d WHERE v = $1", i), 1)
+		if code := sqlState(err); code != "42P01" {
+			t.Fatalf("undefined table: %v, want SQLSTATE 42P01", err)
+		}
+		named, stale := firstStatementState(t, conn)
+		if named != 0 || stale > 1 {
+			t.Fatalf("after %d failed prepares: %d cached, %d names to close; want 0 and at most 1", i+1, named, stale)
+		}
+	}
+	if v, err := firstInTx(ctx, conn, "SELECT $1::int8", 5); err != nil || v != int64(5) {
+		t.Fatalf("after failed prepares: %v %v", v, err)
+	}
+	if named, stale := firstStatementState(t, conn); named != 1 || stale != 0 {
+		t.Errorf("after a good prepare: %d cached, %d names to close; want 1 and 0", named, stale)
+	}
+	if got := ourStatements(t, ctx, conn); got != 1 {
+		t.Errorf("%d prepared statements on the server, want 1", got)
+	}
+}
+
+// TestPipelineDisabledStatementCache: with pgx's statement cache disabled,
+// cache_statement mode fails in pgx; the first statement of a pipelined
+// transaction fails the same way instead of preparing a statement of its
+// own.
+func TestPipelineDisabledStatementCache(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	dsn := withParams(t, c.DirectDSN(), "statement_cache_capacity", "0")
+	var msgs []string
+	for _, drv := range []string{"pgx", "pgadvisory"} {
+		conn, _ := pinned(t, drv, dsn)
+		_, err := firstInTx(ctx, conn, "SELECT $1::int8", 1)
+		if err == nil {
+			t.Fatalf("%s: first statement succeeded with the statement cache disabled", drv)
+		}
+		msgs = append(msgs, err.Error())
+	}
+	if msgs[0] != msgs[1] {
+		t.Errorf("pgx stdlib: %q; pgadvisory: %q", msgs[0], msgs[1])
+	}
 }

@@ -430,8 +430,6 @@ func (r *pipelinedRows) Close() error {
 		err = perr
 	}
 	r.c.traceEnd(r.traceCtx, r.rows.CommandTag(), err)
-	if err != nil {
-		r.c.forget(r.query)
-	}
+	r.c.forget(r.query, err)
 	return err
 }
