@@ -29,9 +29,9 @@ bench: ## the lock benchmark: naive pattern, WithXactLock over pgx and pgadvisor
 	@mkdir -p out
 	$(GO) run ./cmd/pgadvisory bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
 
-bench-go: ## Go benchmarks of the driver against pgx stdlib (compare with benchstat -col /driver out/bench-go.txt)
+bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -col /driver out/bench-go.txt)
 	@mkdir -p out
-	$(GO) test -run '^$$' -bench 'Loopback|Intercept|LockCycle' -benchmem -count 6 . | tee out/bench-go.txt
+	$(GO) test -run '^$$' -bench 'Loopback|Intercept|LockCycle' -benchmem -count 10 . | tee out/bench-go.txt
 
 faults: ## run the fault-injection tests and print their results as the README's table
 	@rm -f out/faults.jsonl; mkdir -p out
