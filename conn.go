@@ -316,6 +316,21 @@ func (c *Conn) withOverride(args []driver.NamedValue) []driver.NamedValue {
 	return out
 }
 
+// applyPolicy runs the policy on a statement that may hold a lock call (or
+// that needs the per-query exec-mode override) and returns the text to send;
+// other statements come back unchanged without being scanned.
+func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
+	if c.execOverride == 0 && !c.mayIntercept(query) {
+		return query, nil
+	}
+	v, err := c.intercept(ctx, query)
+	if err != nil {
+		return "", err
+	}
+	c.apply(&v)
+	return v.query, nil
+}
+
 // ExecContext applies the policy and runs the statement on the inner
 // connection. Statements that cannot contain a lock call go straight
 // through.
@@ -329,13 +344,9 @@ func (c *Conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
 		return c.execer.ExecContext(ctx, query, args)
 	}
-	if c.execOverride != 0 || c.mayIntercept(query) {
-		v, err := c.intercept(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		c.apply(&v)
-		query = v.query
+	query, err := c.applyPolicy(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	if c.firstPending() {
 		return c.execFirst(ctx, firstCall{query: query, args: args}, func() (driver.Result, error) {
@@ -357,13 +368,9 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
 		return c.queryer.QueryContext(ctx, query, args)
 	}
-	if c.execOverride != 0 || c.mayIntercept(query) {
-		v, err := c.intercept(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		c.apply(&v)
-		query = v.query
+	query, err := c.applyPolicy(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	if c.firstPending() {
 		return c.queryFirst(ctx, firstCall{query: query, args: args}, func() (driver.Rows, error) {
