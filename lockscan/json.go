@@ -133,6 +133,24 @@ func parseJSON(s string) (jval, error) {
 	return v, nil
 }
 
+// next consumes what follows a member of an object or array: ',' (more
+// members follow, true) or the closing byte (the container ends, false).
+func (p *jparser) next(closing byte) (bool, error) {
+	p.ws()
+	if p.i >= len(p.s) {
+		return false, errJSON
+	}
+	switch p.s[p.i] {
+	case ',':
+		p.i++
+		return true, nil
+	case closing:
+		p.i++
+		return false, nil
+	}
+	return false, errJSON
+}
+
 func (p *jparser) ws() {
 	for p.i < len(p.s) {
 		switch p.s[p.i] {
@@ -180,22 +198,16 @@ func (p *jparser) value(depth int) (jval, error) {
 				return jval{}, err
 			}
 			p.fields = append(p.fields, jfield{k, fv})
-			p.ws()
-			if p.i >= len(p.s) {
-				return jval{}, errJSON
+			more, err := p.next('}')
+			if err != nil {
+				return jval{}, err
 			}
-			if p.s[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.s[p.i] == '}' {
-				p.i++
+			if !more {
 				v.obj = p.takeFields(len(p.fields) - mark)
 				copy(v.obj, p.fields[mark:])
 				p.fields = p.fields[:mark]
 				return v, nil
 			}
-			return jval{}, errJSON
 		}
 	case c == '[':
 		p.i++
@@ -212,22 +224,16 @@ func (p *jparser) value(depth int) (jval, error) {
 				return jval{}, err
 			}
 			p.elems = append(p.elems, ev)
-			p.ws()
-			if p.i >= len(p.s) {
-				return jval{}, errJSON
+			more, err := p.next(']')
+			if err != nil {
+				return jval{}, err
 			}
-			if p.s[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.s[p.i] == ']' {
-				p.i++
+			if !more {
 				v.arr = p.takeElems(len(p.elems) - mark)
 				copy(v.arr, p.elems[mark:])
 				p.elems = p.elems[:mark]
 				return v, nil
 			}
-			return jval{}, errJSON
 		}
 	case c == '"':
 		s, err := p.str()
