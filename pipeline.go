@@ -285,15 +285,7 @@ func (c *Conn) sendFirst(ctx context.Context, call firstCall, sd *pgconn.Stateme
 		return nil, retryable(err)
 	}
 	bctx := c.traceStart(ctx, c.beginSQL, nil)
-	res, err := p.GetResults()
-	var tag pgconn.CommandTag
-	if err == nil {
-		if rr, ok := res.(*pgconn.ResultReader); ok {
-			tag, err = rr.Close()
-		} else {
-			err = fmt.Errorf("unexpected pipeline result %T", res)
-		}
-	}
+	tag, err := nextCommand(p)
 	c.traceEnd(bctx, tag, err)
 	if err != nil {
 		p.Close() // the server skipped the statement
@@ -334,15 +326,7 @@ func (c *Conn) execFirst(ctx context.Context, call firstCall, inner func() (driv
 		return nil, err
 	}
 	sctx := c.traceStart(ctx, call.query, vals)
-	res, err := p.GetResults()
-	var tag pgconn.CommandTag
-	if err == nil {
-		if rr, ok := res.(*pgconn.ResultReader); ok {
-			tag, err = rr.Close()
-		} else {
-			err = fmt.Errorf("pgadvisory: unexpected pipeline result %T", res)
-		}
-	}
+	tag, err := nextCommand(p)
 	if cerr := p.Close(); err == nil {
 		err = cerr
 	}
@@ -480,4 +464,18 @@ func (c *Conn) rollbackPipelined(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// nextCommand reads the pipeline's next result, a statement whose rows (if
+// any) are not wanted, and returns its command tag.
+func nextCommand(p *pgconn.Pipeline) (pgconn.CommandTag, error) {
+	res, err := p.GetResults()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return pgconn.CommandTag{}, fmt.Errorf("pgadvisory: unexpected pipeline result %T", res)
+	}
+	return rr.Close()
 }
