@@ -39,7 +39,7 @@ const (
 
 var (
 	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
-	allVariants  = []string{"a", "b", "c", "d"}
+	allVariants  = []string{"a", "b", "c", "d", "e"}
 	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
 )
 
@@ -76,7 +76,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
-	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock")
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling)")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
 	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
 	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
@@ -218,7 +218,7 @@ func redactURLError(err error) error {
 func (o *benchOptions) has(list []string, item string) bool { return slices.Contains(list, item) }
 
 func (o *benchOptions) needPostgres() bool {
-	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.overhead
+	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.has(o.variants, "e") || o.overhead
 }
 
 func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr io.Writer) (err error) {
@@ -428,6 +428,8 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 				// The pgadvisory driver gets the DSN as is: choosing a safe
 				// exec mode behind a pooler is its job.
 				vs = append(vs, bench.XactLock("c", "WithXactLock, pgadvisory driver", bench.PgadvisoryDriver, dsn, path, o.lockTimeout))
+			case "e":
+				vs = append(vs, bench.PgxBatch("e", safe, path, o.lockTimeout))
 			}
 		}
 	}

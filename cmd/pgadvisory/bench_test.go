@@ -97,6 +97,7 @@ func TestBenchSmoke(t *testing.T) {
 	for _, row := range []string{
 		"| direct | (a) naive", "| direct | (b) WithXactLock, pgx stdlib", "| direct | (c) WithXactLock, pgadvisory driver",
 		"| pgbouncer | (a) naive", "| pgbouncer | (b) WithXactLock, pgx stdlib", "| pgbouncer | (c) WithXactLock, pgadvisory driver",
+		"| direct | (e) raw pgx Batch", "| pgbouncer | (e) raw pgx Batch",
 		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
 		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
 	} {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	goredislib "github.com/redis/go-redis/v9"
@@ -75,6 +76,68 @@ func (n *naiveTarget) Cycle(ctx context.Context, key int64) (time.Duration, erro
 }
 
 func (n *naiveTarget) Close() error { n.pool.Close(); return nil }
+
+// PgxBatch is variant (e), the ceiling: the same two-round-trip cycle as
+// (c) — BEGIN pipelined with SELECT set_config('lock_timeout', ...),
+// pg_advisory_xact_lock(...), then COMMIT — written directly against
+// pgxpool with a pgx.Batch, without database/sql or a driver in between. It
+// is what the protocol alone allows on this machine.
+func PgxBatch(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	timeout := strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms"
+	return Variant{
+		ID: id, Name: "raw pgx Batch: BEGIN+lock pipelined, COMMIT (ceiling)", Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			cfg, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				return nil, fmt.Errorf("bench: pgx batch: %w", err)
+			}
+			cfg.MaxConns = int32(conns)
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: pgx batch: %w", err)
+			}
+			if err := prefillPgxpool(ctx, pool, conns); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("bench: pgx batch: %w", err)
+			}
+			return &batchTarget{pool: pool, timeout: timeout}, nil
+		},
+	}
+}
+
+type batchTarget struct {
+	pool    *pgxpool.Pool
+	timeout string
+}
+
+func (b *batchTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", b.timeout, key)
+	br := conn.SendBatch(ctx, batch)
+	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		return 0, err
+	}
+	acq := time.Since(start)
+	_, err = conn.Exec(ctx, "COMMIT")
+	return acq, err
+}
+
+func (b *batchTarget) Close() error { b.pool.Close(); return nil }
 
 // openSQL opens a database/sql pool of conns connections and checks it.
 func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, error) {
