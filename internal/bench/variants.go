@@ -34,17 +34,8 @@ func Naive(id, dsn string, path Path, lockTimeout time.Duration) Variant {
 	return Variant{
 		ID: id, Name: "naive BEGIN; SET LOCAL; lock; COMMIT (pgxpool)", Path: path,
 		Open: func(ctx context.Context, conns int) (Target, error) {
-			cfg, err := pgxpool.ParseConfig(dsn)
+			pool, err := openPgxpool(ctx, dsn, conns)
 			if err != nil {
-				return nil, fmt.Errorf("bench: naive: %w", err)
-			}
-			cfg.MaxConns = int32(conns)
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("bench: naive: %w", err)
-			}
-			if err := prefillPgxpool(ctx, pool, conns); err != nil {
-				pool.Close()
 				return nil, fmt.Errorf("bench: naive: %w", err)
 			}
 			return &naiveTarget{pool: pool, setTimeout: setTimeout}, nil
@@ -87,17 +78,8 @@ func PgxBatch(id, dsn string, path Path, lockTimeout time.Duration) Variant {
 	return Variant{
 		ID: id, Name: "raw pgx Batch: BEGIN+lock pipelined, COMMIT (ceiling)", Path: path,
 		Open: func(ctx context.Context, conns int) (Target, error) {
-			cfg, err := pgxpool.ParseConfig(dsn)
+			pool, err := openPgxpool(ctx, dsn, conns)
 			if err != nil {
-				return nil, fmt.Errorf("bench: pgx batch: %w", err)
-			}
-			cfg.MaxConns = int32(conns)
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("bench: pgx batch: %w", err)
-			}
-			if err := prefillPgxpool(ctx, pool, conns); err != nil {
-				pool.Close()
 				return nil, fmt.Errorf("bench: pgx batch: %w", err)
 			}
 			return &batchTarget{pool: pool, timeout: timeout}, nil
@@ -176,6 +158,25 @@ func prefillSQL(ctx context.Context, db *sql.DB, conns int) error {
 		held = append(held, c)
 	}
 	return nil
+}
+
+// openPgxpool opens a pgxpool of conns connections, all of them opened
+// before it returns.
+func openPgxpool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(conns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := prefillPgxpool(ctx, pool, conns); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 // prefillPgxpool is prefillSQL for pgxpool.
