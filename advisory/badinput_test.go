@@ -102,7 +102,7 @@ func TestReleaseTwice(t *testing.T) {
 	}
 	defer db.Close()
 	mock.ExpectQuery(`^SELECT pg_backend_pid\(\)$`).WillReturnRows(sqlmock.NewRows([]string{"pid"}).AddRow(42))
-	mock.ExpectQuery(`pg_advisory_lock\(\$1\)`).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"lock"}).AddRow(""))
+	mock.ExpectExec(`pg_advisory_lock\(\$1\)`).WithArgs(int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectQuery(`pg_advisory_unlock\(\$1\)`).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
 	ctx := context.Background()
 	l, err := HoldSession(ctx, db, IntKey(7), WithPoolMode(poolmode.Direct), WithHealthInterval(time.Hour))

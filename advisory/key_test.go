@@ -2,6 +2,8 @@ package advisory
 
 import (
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,6 +144,37 @@ func TestBuildLock(t *testing.T) {
 	for _, c := range cases {
 		if c.st.query != c.query || len(c.st.args) != c.nargs {
 			t.Errorf("%s: got %q with %d args, want %q with %d", c.name, c.st.query, len(c.st.args), c.query, c.nargs)
+		}
+	}
+}
+
+// Every shape's text numbers its parameters $1..$n in order, and buildLock
+// supplies exactly n arguments for it.
+func TestLockQueriesMatchArguments(t *testing.T) {
+	for s := range lockShape(shapeCount) {
+		on := func(bit lockShape) bool { return s&bit != 0 }
+		timeout, lease := "", ""
+		if on(shapeTimeout) {
+			timeout = "1ms"
+		}
+		if on(shapeLease) {
+			lease = "2ms"
+		}
+		key := IntKey(1)
+		if on(shapePair) {
+			key = PairKey(1, 2)
+		}
+		st := buildLock(key, on(shapeSession), on(shapeShared), on(shapeTry), timeout, lease, on(shapeReadOld))
+		for i := 1; i <= len(st.args); i++ {
+			if !strings.Contains(st.query, "$"+strconv.Itoa(i)) {
+				t.Errorf("shape %07b: %q lacks $%d of %d arguments", s, st.query, i, len(st.args))
+			}
+		}
+		if strings.Contains(st.query, "$"+strconv.Itoa(len(st.args)+1)) {
+			t.Errorf("shape %07b: %q has more parameters than its %d arguments", s, st.query, len(st.args))
+		}
+		if st.readOld != (on(shapeReadOld) && on(shapeTimeout)) {
+			t.Errorf("shape %07b: readOld = %v", s, st.readOld)
 		}
 	}
 }

@@ -64,23 +64,23 @@ func TestXactLockStatements(t *testing.T) {
 		expect func(m sqlmock.Sqlmock)
 	}{
 		{"no-limit", key, nil, func(m sqlmock.Sqlmock) {
-			m.ExpectQuery("SELECT pg_advisory_xact_lock($1)").WithArgs(int64(42)).WillReturnRows(lockRow("lock"))
+			m.ExpectExec("SELECT pg_advisory_xact_lock($1)").WithArgs(int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
 		{"timeout", key, []advisory.LockOption{advisory.WithTimeout(1500 * time.Millisecond)}, func(m sqlmock.Sqlmock) {
-			m.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-				WithArgs("1500ms", int64(42)).WillReturnRows(lockRow("set_config", "lock"))
+			m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+				WithArgs("1500ms", int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
 		{"tiny-timeout-rounds-up", key, []advisory.LockOption{advisory.WithTimeout(time.Microsecond)}, func(m sqlmock.Sqlmock) {
-			m.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-				WithArgs("1ms", int64(42)).WillReturnRows(lockRow("set_config", "lock"))
+			m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+				WithArgs("1ms", int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
 		{"shared-pair", advisory.PairKey(-3, 4), []advisory.LockOption{advisory.Shared()}, func(m sqlmock.Sqlmock) {
-			m.ExpectQuery("SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)").
-				WithArgs(int64(-3), int64(4)).WillReturnRows(lockRow("lock"))
+			m.ExpectExec("SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)").
+				WithArgs(int64(-3), int64(4)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
 		{"lease", key, []advisory.LockOption{advisory.WithLease(250 * time.Millisecond)}, func(m sqlmock.Sqlmock) {
-			m.ExpectQuery("SELECT set_config('idle_in_transaction_session_timeout', $1, true), pg_advisory_xact_lock($2)").
-				WithArgs("250ms", int64(42)).WillReturnRows(lockRow("set_config", "lock"))
+			m.ExpectExec("SELECT set_config('idle_in_transaction_session_timeout', $1, true), pg_advisory_xact_lock($2)").
+				WithArgs("250ms", int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
 		{"restore", key, []advisory.LockOption{advisory.WithTimeout(time.Second), advisory.RestoreLockTimeout()}, func(m sqlmock.Sqlmock) {
 			m.ExpectQuery("SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
@@ -121,8 +121,8 @@ func (b msAtMost) Match(v driver.Value) bool {
 func TestXactLockDeadlineSoonerThanTimeout(t *testing.T) {
 	db, mock := newMock(t)
 	tx := begin(t, db, mock)
-	mock.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-		WithArgs(msAtMost(time.Hour), int64(7)).WillReturnRows(lockRow("set_config", "lock"))
+	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+		WithArgs(msAtMost(time.Hour), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	if err := advisory.XactLock(ctx, tx, advisory.IntKey(7), advisory.WithTimeout(24*time.Hour)); err != nil {
@@ -160,7 +160,7 @@ func TestXactLockClassifiesServerErrors(t *testing.T) {
 		t.Run(c.code, func(t *testing.T) {
 			db, mock := newMock(t)
 			tx := begin(t, db, mock)
-			mock.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+			mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
 				WithArgs("10ms", int64(1)).WillReturnError(&pgconn.PgError{Code: c.code, Message: "from server"})
 			err := advisory.XactLock(context.Background(), tx, advisory.IntKey(1), advisory.WithTimeout(10*time.Millisecond))
 			var pgErr *pgconn.PgError
@@ -176,7 +176,7 @@ func TestXactLockClassifiesServerErrors(t *testing.T) {
 	t.Run("other", func(t *testing.T) {
 		db, mock := newMock(t)
 		tx := begin(t, db, mock)
-		mock.ExpectQuery("SELECT pg_advisory_xact_lock($1)").WithArgs(int64(1)).
+		mock.ExpectExec("SELECT pg_advisory_xact_lock($1)").WithArgs(int64(1)).
 			WillReturnError(&pgconn.PgError{Code: "42501", Message: "permission denied"})
 		err := advisory.XactLock(context.Background(), tx, advisory.IntKey(1))
 		if err == nil || errors.Is(err, advisory.ErrLockTimeout) || errors.Is(err, advisory.ErrDeadlock) {
@@ -261,8 +261,8 @@ func TestWithXactLockCommitAndRollback(t *testing.T) {
 	key := advisory.IntKey(5)
 	expectLock := func(m sqlmock.Sqlmock) {
 		m.ExpectBegin()
-		m.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-			WithArgs("2000ms", int64(5)).WillReturnRows(lockRow("set_config", "lock"))
+		m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+			WithArgs("2000ms", int64(5)).WillReturnResult(sqlmock.NewResult(0, 1))
 	}
 	opt := advisory.WithTimeout(2 * time.Second)
 
@@ -303,7 +303,7 @@ func TestWithXactLockCommitAndRollback(t *testing.T) {
 	t.Run("lock-timeout", func(t *testing.T) {
 		db, mock := newMock(t)
 		mock.ExpectBegin()
-		mock.ExpectQuery("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+		mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
 			WithArgs("2000ms", int64(5)).WillReturnError(&pgconn.PgError{Code: "55P03"})
 		mock.ExpectRollback()
 		called := false

@@ -176,44 +176,98 @@ type lockStmt struct {
 	try     bool // last column is the boolean of a try function
 }
 
-// buildLock assembles the lock statement from fixed fragments. timeout and
-// lease are lock_timeout and idle_in_transaction_session_timeout values
-// ("" = leave alone).
-func buildLock(key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
+// lockShape is what the text of a lock statement depends on; the values
+// (key, timeouts) travel as bind arguments. There are few shapes, so every
+// text is built once (lockQueries) and a lock costs no string building.
+type lockShape uint8
+
+const (
+	shapeSession lockShape = 1 << iota // pg_advisory_lock rather than pg_advisory_xact_lock
+	shapeShared                        // the _shared variant
+	shapeTry                           // pg_try_…: returns a boolean instead of waiting
+	shapeTimeout                       // sets lock_timeout
+	shapeLease                         // sets idle_in_transaction_session_timeout
+	shapeReadOld                       // reads lock_timeout first (only with shapeTimeout)
+	shapePair                          // a two-int4 key
+
+	shapeCount = 1 << iota
+)
+
+// lockQueries holds the statement text of every shape.
+var lockQueries = func() (q [shapeCount]string) {
+	for s := range q {
+		q[s] = lockQueryText(lockShape(s))
+	}
+	return q
+}()
+
+// lockQueryText assembles the text of shape s from fixed fragments.
+func lockQueryText(s lockShape) string {
 	var cols []string
-	var args []any
-	param := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+	n := 0
+	param := func() string {
+		n++
+		return "$" + strconv.Itoa(n)
 	}
-	st := lockStmt{try: try}
-	if timeout != "" {
-		if readOld {
+	if s&shapeTimeout != 0 {
+		if s&shapeReadOld != 0 {
 			cols = append(cols, "current_setting('lock_timeout')")
-			st.readOld = true
 		}
-		cols = append(cols, "set_config('lock_timeout', "+param(timeout)+", true)")
+		cols = append(cols, "set_config('lock_timeout', "+param()+", true)")
 	}
-	if lease != "" {
-		cols = append(cols, "set_config('idle_in_transaction_session_timeout', "+param(lease)+", true)")
+	if s&shapeLease != 0 {
+		cols = append(cols, "set_config('idle_in_transaction_session_timeout', "+param()+", true)")
 	}
 	fn := "pg_"
-	if try {
+	if s&shapeTry != 0 {
 		fn += "try_"
 	}
 	fn += "advisory_"
-	if !session {
+	if s&shapeSession == 0 {
 		fn += "xact_"
 	}
 	fn += "lock"
-	if shared {
+	if s&shapeShared != 0 {
 		fn += "_shared"
 	}
-	cols = append(cols, fn+"("+key.placeholders(len(args)+1)+")")
-	args = append(args, key.args()...)
-	st.query = "SELECT " + strings.Join(cols, ", ")
-	st.args = args
-	return st
+	keyArgs := "$" + strconv.Itoa(n+1)
+	if s&shapePair != 0 {
+		keyArgs = "$" + strconv.Itoa(n+1) + "::int4, $" + strconv.Itoa(n+2) + "::int4"
+	}
+	return "SELECT " + strings.Join(append(cols, fn+"("+keyArgs+")"), ", ")
+}
+
+// buildLock returns the lock statement for key. timeout and lease are
+// lock_timeout and idle_in_transaction_session_timeout values ("" = leave
+// alone); readOld asks for the previous lock_timeout, which only a statement
+// that sets one reads.
+func buildLock(key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
+	var s lockShape
+	set := func(bit lockShape, on bool) {
+		if on {
+			s |= bit
+		}
+	}
+	set(shapeSession, session)
+	set(shapeShared, shared)
+	set(shapeTry, try)
+	set(shapeTimeout, timeout != "")
+	set(shapeLease, lease != "")
+	set(shapeReadOld, readOld && timeout != "")
+	set(shapePair, key.pair)
+	args := make([]any, 0, 4)
+	if timeout != "" {
+		args = append(args, timeout)
+	}
+	if lease != "" {
+		args = append(args, lease)
+	}
+	if a, b, ok := key.Pair(); ok {
+		args = append(args, a, b)
+	} else {
+		args = append(args, key.v)
+	}
+	return lockStmt{query: lockQueries[s], args: args, readOld: s&shapeReadOld != 0, try: try}
 }
 
 // millis renders d as a PostgreSQL duration in whole milliseconds, rounded
@@ -270,12 +324,20 @@ func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (
 		lease = millis(c.lease)
 	}
 	st := buildLock(key, session, c.has(optShared), c.has(optNoWait), timeout, lease, c.has(optRestore))
+	if !st.try && !st.readOld {
+		// No column is wanted (pg_advisory_xact_lock returns void): Exec
+		// spares database/sql's Rows, its goroutine and the decoding.
+		if _, err := q.ExecContext(ctx, st.query, st.args...); err != nil {
+			return false, classify(ctx, "lock", key, err)
+		}
+		return true, after(ctx, q, key, c, st, "")
+	}
 	var (
 		old, discard string
 		lockResult   any
 		got          sql.NullBool
 	)
-	dest := []any{}
+	dest := make([]any, 0, 4)
 	if st.readOld {
 		dest = append(dest, &old)
 	}
@@ -296,17 +358,24 @@ func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (
 	if st.try && !got.Bool {
 		return false, nil
 	}
+	return true, after(ctx, q, key, c, st, old)
+}
+
+// after runs what follows a granted lock: restoring the previous
+// lock_timeout old when the statement read it (RestoreLockTimeout), and
+// reading the fencing token (WithFencing).
+func after(ctx context.Context, q Querier, key Key, c *config, st lockStmt, old string) error {
 	if st.readOld {
 		if _, err := q.ExecContext(ctx, restoreLockTimeoutSQL, old); err != nil {
-			return false, &LockError{Op: "restore lock_timeout after lock", Key: key, Err: err}
+			return &LockError{Op: "restore lock_timeout after lock", Key: key, Err: err}
 		}
 	}
 	if c.has(optFencing) {
 		var t int64
 		if err := q.QueryRowContext(ctx, nextTokenSQL).Scan(&t); err != nil {
-			return false, &LockError{Op: "read fencing token after lock", Key: key, Err: err}
+			return &LockError{Op: "read fencing token after lock", Key: key, Err: err}
 		}
 		*c.token = Token(t)
 	}
-	return true, nil
+	return nil
 }
