@@ -10,7 +10,7 @@ func TestRenderIniLocal(t *testing.T) {
 	ini, err := renderIni(bouncerConfig{
 		mode: Transaction, serverHost: "127.0.0.1", serverPort: 5433,
 		listenAddr: "127.0.0.1", listenPort: 6433,
-		authFile: "/tmp/x/userlist.txt", socketDir: "/tmp/x", creds: defaultCredentials,
+		authFile: "/tmp/x/userlist.txt", socketDir: "/tmp/x", widePool: WidePoolSize, creds: defaultCredentials,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -41,12 +41,14 @@ func TestRenderIniLocal(t *testing.T) {
 }
 
 func TestRenderIniRejects(t *testing.T) {
-	base := bouncerConfig{mode: Session, serverHost: "h", serverPort: 1, listenAddr: "a", listenPort: 2, authFile: "f", creds: defaultCredentials}
+	base := bouncerConfig{mode: Session, serverHost: "h", serverPort: 1, listenAddr: "a", listenPort: 2, authFile: "f", widePool: 4, creds: defaultCredentials}
 	cases := map[string]func(*bouncerConfig){
 		"unknown mode":     func(c *bouncerConfig) { c.mode = "batch" },
 		"comment in value": func(c *bouncerConfig) { c.authFile = "/tmp/a;b" },
 		"newline in value": func(c *bouncerConfig) { c.serverHost = "h\nadmin_users = x" },
 		"zero port":        func(c *bouncerConfig) { c.listenPort = 0 },
+		"no wide pool":     func(c *bouncerConfig) { c.widePool = 0 },
+		"huge wide pool":   func(c *bouncerConfig) { c.widePool = MaxWidePoolSize + 1 },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -76,7 +78,7 @@ func TestRenderUserlist(t *testing.T) {
 }
 
 func TestDockerFiles(t *testing.T) {
-	f, err := renderDockerFiles([]Mode{Transaction, Statement}, defaultCredentials)
+	f, err := renderDockerFiles([]Mode{Transaction, Statement}, WidePoolSize, defaultCredentials)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +153,8 @@ func TestOptionsValidate(t *testing.T) {
 		"bad backend":   WithBackend("podman"),
 		"empty os user": WithOSUser(""),
 		"empty image":   WithImages("", "x"),
+		"zero pool":     WithWidePoolSize(0),
+		"huge pool":     WithWidePoolSize(MaxWidePoolSize + 1),
 		"nil option":    nil,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -165,8 +169,23 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	t.Setenv(BackendEnv, "LOCAL")
 	o, err := buildOptions([]Option{WithModes(Session, Session)})
-	if err != nil || o.backend != BackendLocal || len(o.modes) != 1 {
+	if err != nil || o.backend != BackendLocal || len(o.modes) != 1 || o.widePool != WidePoolSize {
 		t.Fatalf("got %+v, %v", o, err)
+	}
+	if o, err := buildOptions([]Option{WithWidePoolSize(9)}); err != nil || o.widePool != 9 {
+		t.Fatalf("WithWidePoolSize(9): got %+v, %v", o, err)
+	}
+}
+
+// The wide database's pool size reaches the generated pgbouncer.ini.
+func TestRenderIniWidePool(t *testing.T) {
+	ini, err := renderIni(bouncerConfig{mode: Transaction, serverHost: "h", serverPort: 1, listenAddr: "a",
+		listenPort: 2, authFile: "f", widePool: 9, creds: defaultCredentials})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "app_wide = host=h port=1 dbname=app pool_size=9\n"; !strings.Contains(ini, want) {
+		t.Fatalf("ini lacks %q:\n%s", want, ini)
 	}
 }
 

@@ -32,7 +32,7 @@ type dockerFiles struct {
 	env      map[string]string // environment of the postgres container
 }
 
-func renderDockerFiles(modes []Mode, creds credentials) (dockerFiles, error) {
+func renderDockerFiles(modes []Mode, widePool int, creds credentials) (dockerFiles, error) {
 	f := dockerFiles{ini: map[Mode]string{}}
 	// Only the containers' private network and Docker's port publishing
 	// reach PostgreSQL; the superuser is trusted from anywhere it can come.
@@ -47,7 +47,7 @@ func renderDockerFiles(modes []Mode, creds credentials) (dockerFiles, error) {
 			mode: m, serverHost: postgresAlias, serverPort: containerPGPort,
 			listenAddr: "0.0.0.0", listenPort: containerBouncerPt,
 			authFile: containerConfigDir + "/userlist.txt",
-			creds:    creds,
+			widePool: widePool, creds: creds,
 		})
 		if err != nil {
 			return f, err
@@ -108,7 +108,7 @@ func startDocker(ctx context.Context, o *options, creds credentials) (_ *dockerC
 	if err := dockerAvailable(ctx); err != nil {
 		return nil, err
 	}
-	files, err := renderDockerFiles(o.modes, creds)
+	files, err := renderDockerFiles(o.modes, o.widePool, creds)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,8 @@ type options struct {
 	backend Backend
 	osUser  string
 	logf    func(format string, args ...any)
+	// widePool is the pool size of WideDatabase.
+	widePool int
 
 	postgresImage, bouncerImage string
 }
@@ -94,6 +96,19 @@ func WithLogf(logf func(format string, args ...any)) Option {
 	}
 }
 
+// WithWidePoolSize sets the pool size of WideDatabase (default
+// WidePoolSize), for example to scale a benchmark to a bigger machine. It
+// accepts 1..MaxWidePoolSize.
+func WithWidePoolSize(n int) Option {
+	return func(o *options) error {
+		if err := checkWidePool(n); err != nil {
+			return err
+		}
+		o.widePool = n
+		return nil
+	}
+}
+
 // WithImages sets the container images of the Docker back end.
 func WithImages(postgres, pgbouncer string) Option {
 	return func(o *options) error {
@@ -116,6 +131,7 @@ func buildOptions(opts []Option) (*options, error) {
 		modes:         slices.Clone(AllModes),
 		osUser:        "postgres",
 		logf:          func(string, ...any) {},
+		widePool:      WidePoolSize,
 		postgresImage: DefaultPostgresImage,
 		bouncerImage:  DefaultPgBouncerImage,
 	}
@@ -140,9 +156,10 @@ func buildOptions(opts []Option) (*options, error) {
 // Cluster is a running PostgreSQL server with one PgBouncer per requested
 // pool mode in front of it. Its methods are safe for concurrent use.
 type Cluster struct {
-	creds   credentials
-	backend Backend
-	impl    clusterImpl
+	creds    credentials
+	backend  Backend
+	widePool int
+	impl     clusterImpl
 
 	mu     sync.Mutex
 	closed bool
@@ -181,6 +198,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 		}
 	}
 	c.backend = backend
+	c.widePool = o.widePool
 	switch backend {
 	case BackendLocal:
 		c.impl, err = startLocal(ctx, o, c.creds)
@@ -269,7 +287,8 @@ func (c *Cluster) DSN(m Mode) string {
 	return dsn(c.creds.appUser, c.creds.appPassword, h, p, NarrowDatabase)
 }
 
-// WideDSN is DSN to WideDatabase (pool_size=4), the same PostgreSQL database.
+// WideDSN is DSN to WideDatabase (pool_size WidePoolSize unless set
+// WithWidePoolSize), the same PostgreSQL database.
 func (c *Cluster) WideDSN(m Mode) string {
 	h, p := c.bouncer(m)
 	return dsn(c.creds.appUser, c.creds.appPassword, h, p, WideDatabase)
@@ -282,6 +301,10 @@ func (c *Cluster) AdminDSN(m Mode) string {
 	h, p := c.bouncer(m)
 	return dsn(c.creds.adminUser, c.creds.adminPassword, h, p, "pgbouncer")
 }
+
+// WidePoolSize returns the pool size of WideDatabase in this cluster's
+// PgBouncers.
+func (c *Cluster) WidePoolSize() int { return c.widePool }
 
 // AppUser returns the application role's name.
 func (c *Cluster) AppUser() string { return c.creds.appUser }

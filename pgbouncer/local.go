@@ -358,7 +358,7 @@ func (lc *localCluster) startBouncerOn(ctx context.Context, m Mode, port int) er
 			mode: m, serverHost: "127.0.0.1", serverPort: lc.pgPort,
 			listenAddr: "127.0.0.1", listenPort: port,
 			authFile: filepath.Join(lc.dir, "userlist.txt"), socketDir: lc.dir,
-			creds: lc.creds,
+			widePool: lc.opts.widePool, creds: lc.creds,
 		})
 		if err != nil {
 			return err
