@@ -264,8 +264,13 @@ func (c *Conn) prepareFirst(ctx context.Context, call firstCall, vals []any) (sd
 // BEGIN's reply. On success the returned pipeline's next result is the
 // statement's.
 func (c *Conn) sendFirst(ctx context.Context, call firstCall, sd *pgconn.StatementDescription, resultFormats []int16) (*pgconn.Pipeline, error) {
+	begin := c.namedBegin(ctx)
 	p := c.pgx.PgConn().StartPipeline(ctx)
-	p.SendQueryParams(c.beginSQL, nil, nil, nil, nil)
+	if begin != nil {
+		p.SendQueryStatement(begin, nil, nil, nil)
+	} else {
+		p.SendQueryParams(c.beginSQL, nil, nil, nil, nil)
+	}
 	if sd != nil && sd.Name != "" {
 		// A statement prepared on the server (by pgx stdlib's Prepare, or
 		// by namedFirst): Bind and Execute only, as pgx's ExecStatement.
@@ -289,10 +294,30 @@ func (c *Conn) sendFirst(ctx context.Context, call firstCall, sd *pgconn.Stateme
 	c.traceEnd(bctx, tag, err)
 	if err != nil {
 		p.Close() // the server skipped the statement
+		if begin != nil {
+			c.forget(c.beginSQL, err)
+		}
 		return nil, c.failBegin(err)
 	}
 	c.tx = txOpen
 	return p, nil
+}
+
+// namedBegin returns the pending transaction's BEGIN as a statement
+// prepared on this connection when first statements are prepared too
+// (cache_statement, not behind a transaction pooler): executing it spares
+// the server a parse of BEGIN in every transaction, as pgx's own batches
+// do. nil means: send the text. A failed prepare is not an error here; the
+// text is sent, and a broken connection fails the pipeline.
+func (c *Conn) namedBegin(ctx context.Context) *pgconn.StatementDescription {
+	if c.pooled || c.stmts.namedOff || c.execMode() != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	sd, err := c.namedFirst(ctx, c.beginSQL)
+	if err != nil {
+		return nil
+	}
+	return sd
 }
 
 // execFirst runs the first statement of a pipelined transaction as Exec.
