@@ -6,6 +6,7 @@ require (
 	github.com/DATA-DOG/go-sqlmock v1.5.2
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/golangci/plugin-module-register v0.1.2
+	github.com/google/pprof v0.0.0-20260802141513-ef3492d7dac3
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/pganalyze/pg_query_go/v6 v6.2.5

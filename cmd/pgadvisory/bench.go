@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -58,6 +60,7 @@ type benchOptions struct {
 	redisInstances          int
 	bouncerExecMode         string
 	lockTimeout             time.Duration
+	poolSize                int // pool_size of the harness's PgBouncer database
 	overhead                bool
 	out, svg, cpuprofile    string
 	startedCluster          bool
@@ -84,10 +87,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.redisInstances, "redis-instances", 5, "how many redis-server instances to start for Redlock")
 	fs.StringVar(&o.bouncerExecMode, "bouncer-exec-mode", "cache_describe", "pgx default_query_exec_mode for (a) and (b) through PgBouncer (the one pgadvisory picks there); cache_statement breaks behind transaction pooling")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", bench.DefaultLockTimeout, "lock_timeout of the PostgreSQL variants")
+	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the client (this process) during the measurements")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "also write the CPU profile of the client (this process) during the measurements to this file (the report always has it by cell and layer)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: pgadvisory bench [flags]")
 		fmt.Fprintln(stderr, "\nMeasures lock cycles side by side in one run: (a) the naive four-round-trip")
@@ -134,6 +138,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Sprintf("-redis-instances must be in 1..%d", redislab.MaxInstances)}
 	case o.lockTimeout <= 0:
 		return usageError{"-lock-timeout must be positive"}
+	case o.poolSize < 1 || o.poolSize > pgbouncer.MaxWidePoolSize:
+		return usageError{fmt.Sprintf("-pool-size must be in 1..%d", pgbouncer.MaxWidePoolSize)}
+	}
+	poolSizeSet := false
+	fs.Visit(func(f *flag.Flag) { poolSizeSet = poolSizeSet || f.Name == "pool-size" })
+	if poolSizeSet && (o.dsn != "" || o.bouncerDSN != "") {
+		return usageError{"-pool-size applies to the PgBouncer the bench starts; with -dsn or -pgbouncer-dsn, size your own PgBouncer's pool"}
 	}
 	if err := parseExecMode(o.bouncerExecMode); err != nil {
 		return usageError{err.Error()}
@@ -232,7 +243,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 
 	if o.needPostgres() && o.dsn == "" && o.bouncerDSN == "" {
 		logf("bench: starting PostgreSQL and PgBouncer (transaction mode) through the test harness…")
-		cluster, err := pgbouncer.Start(ctx, pgbouncer.WithModes(pgbouncer.Transaction), pgbouncer.WithLogf(logf))
+		cluster, err := pgbouncer.Start(ctx, pgbouncer.WithModes(pgbouncer.Transaction), pgbouncer.WithWidePoolSize(o.poolSize), pgbouncer.WithLogf(logf))
 		if err != nil {
 			return fmt.Errorf("start servers (or give -dsn and -pgbouncer-dsn): %w", err)
 		}
@@ -287,17 +298,36 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		}
 	}
 
-	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	if _, err := bench.MachineCPU(); err == nil {
+		// Last column: the whole machine, so that other load on a shared
+		// machine shows beside ours.
+		meters[bench.MeterMachine] = bench.MachineCPU
+		meterOrder = append(meterOrder, bench.MeterMachine)
 	}
+
+	// The client is always profiled, into memory: the report splits the
+	// profile by cell and layer; -cpuprofile also keeps the whole of it.
+	var profFile *os.File
+	if o.cpuprofile != "" {
+		if profFile, err = os.Create(o.cpuprofile); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer profFile.Close()
+	}
+	var profBuf bytes.Buffer
+	profiling := true
+	if err := pprof.StartCPUProfile(&profBuf); err != nil {
+		if profFile != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		logf("bench: cannot profile the client (%v); the report will not split its CPU by layer", err)
+		profiling = false
+	}
+	defer func() {
+		if profiling {
+			pprof.StopCPUProfile()
+		}
+	}()
 
 	locks, err := o.lockVariants()
 	if err != nil {
@@ -310,6 +340,17 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		OverheadBaseline: "pgx",
 		Meters:           meterOrder,
 		Goals:            goals(),
+	}
+	if o.serversMetered(meters) {
+		// Without every server's meter, the cores of the machine would be
+		// compared with part of its load.
+		rep.CPUs = runtime.NumCPU()
+	}
+	if o.startedCluster {
+		rep.PoolSize = o.poolSize
+	}
+	if o.has(o.variants, "e") {
+		rep.Ceiling = "e"
 	}
 	start := time.Now()
 	if len(locks) > 0 {
@@ -330,16 +371,16 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		}
 	}
 	if o.overhead {
-		logf("bench: driver overhead: SELECT $1::int, one connection, pgx stdlib vs pgadvisory")
-		rep.Overhead, err = bench.Run(ctx, bench.Config{
+		logf("bench: driver overhead: SELECT $1::int, one connection per driver, pgx stdlib and pgadvisory interleaved query by query")
+		rep.Overhead, err = bench.RunInterleaved(ctx, bench.Config{
 			Workloads: []bench.Workload{{Name: "1 connection", Workers: 1, Keys: 10000}},
 			Variants:  o.overheadVariants(),
 			Baseline:  "pgx",
-			// Short alternating slices: both drivers see the same machine.
-			Duration: max(o.duration/2, time.Millisecond),
-			Warmup:   o.warmup / 2,
-			Rounds:   2 * o.rounds,
-			Meters:   map[string]bench.CPUMeter{"client": bench.SelfCPU},
+			// Both drivers run in turn on one goroutine: they see the same
+			// moments of the machine.
+			Duration: o.duration,
+			Warmup:   o.warmup,
+			Rounds:   o.rounds,
 			Progress: stderr,
 		})
 		if err != nil {
@@ -348,6 +389,13 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	}
 	for _, r := range slices.Concat(rep.Locks, rep.Overhead) {
 		o.anyErrors = o.anyErrors || r.Errors > 0
+	}
+	if profiling {
+		pprof.StopCPUProfile()
+		profiling = false
+		if err := o.useProfile(profBuf.Bytes(), profFile, rep, logf); err != nil {
+			return err
+		}
 	}
 	loadEnd, _ := bench.LoadAverage()
 	rep.Environment = o.environment(loadStart, loadErr == nil, loadEnd, time.Since(start))
@@ -367,6 +415,42 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return err
 		}
 	}
+	return nil
+}
+
+// serversMetered reports whether every server the run uses has a CPU
+// meter on this machine (PostgreSQL, PgBouncer on its path, Redis).
+func (o *benchOptions) serversMetered(meters map[string]bench.CPUMeter) bool {
+	has := func(name string) bool { _, ok := meters[name]; return ok }
+	switch {
+	case o.needPostgres() && !has("postgres"):
+		return false
+	case o.needPostgres() && o.has(o.paths, string(bench.PathPgBouncer)) && !has("pgbouncer"):
+		return false
+	case o.has(o.variants, "d") && !has("redis"):
+		return false
+	}
+	return true
+}
+
+// useProfile writes the client's CPU profile to f (-cpuprofile; nil: not
+// asked) and splits it by cell and layer into rep.
+func (o *benchOptions) useProfile(data []byte, f *os.File, rep *bench.Report, logf func(string, ...any)) error {
+	if f != nil {
+		if _, err := f.Write(data); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		rep.CPUProfilePath = o.cpuprofile
+	}
+	p, err := profile.ParseData(data)
+	if err != nil {
+		logf("bench: cannot read the client's CPU profile (%v); the report will not split its CPU by layer", err)
+		return nil
+	}
+	rep.Unattributed = bench.Attribute(p, rep.Locks, rep.Overhead)
 	return nil
 }
 
@@ -490,7 +574,7 @@ func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd flo
 	}
 	servers := "given by -dsn / -pgbouncer-dsn"
 	if o.startedCluster {
-		servers = fmt.Sprintf("started by the test harness on 127.0.0.1 (fsync off); PgBouncer transaction mode, pool_size=%d", pgbouncer.WidePoolSize)
+		servers = fmt.Sprintf("started by the test harness on 127.0.0.1 (fsync off); PgBouncer transaction mode, pool_size=%d", o.poolSize)
 	}
 	env = append(env,
 		[2]string{"servers", servers},

@@ -31,6 +31,9 @@ func TestBenchUsage(t *testing.T) {
 		{"-lock-timeout", "0s"},
 		{"-bouncer-exec-mode", "fast"},
 		{"-dsn", "postgres://x@127.0.0.1/db", "-paths", "pgbouncer"},
+		{"-pool-size", "0"},
+		{"-pool-size", "33"},
+		{"-pool-size", "8", "-dsn", "postgres://x@127.0.0.1/db", "-pgbouncer-dsn", "postgres://x@127.0.0.1:6432/db"},
 	} {
 		var out, errOut bytes.Buffer
 		err := runBench(context.Background(), args, &out, &errOut)
@@ -101,6 +104,8 @@ func TestBenchSmoke(t *testing.T) {
 		"| direct | (e) raw pgx Batch", "| pgbouncer | (e) raw pgx Batch",
 		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
 		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
+		// Always profiled; -cpuprofile also keeps the file.
+		"### Client CPU by layer (µs per lock, CPU profile of the bench process)", "The whole profile is at `" + profPath + "`",
 	} {
 		if !strings.Contains(md, row) {
 			t.Errorf("report lacks %q", row)

@@ -40,5 +40,12 @@
 // CPUMeters read the CPU time of the client (SelfCPU), of PgBouncer
 // (ProcessCPU of the pid ListenerPID finds) and of PostgreSQL (TreeCPU of
 // the postmaster, which counts reaped backends too) before and after each
-// measured phase, so a report can say where the time went.
+// measured phase, so a report can say where the time went. Measured
+// workers also run under the pprof label LabelCell, so a CPU profile of
+// the process splits by cell: Attribute sorts its samples into layers
+// (socket write and read, other system calls, Go runtime, database/sql,
+// pgx, pgadvisory, redis client, other), and Explain turns a missed Goal
+// into sentences with the run's numbers (how busy the machine was, CPU or
+// PgBouncer server-connection time per lock, the ceiling variant, the
+// top client layers).
 package bench

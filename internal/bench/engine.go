@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -89,6 +90,10 @@ type Result struct {
 	Rates    []float64     // locks/s of each round
 	CPU      map[string]time.Duration
 	cpuWall  map[string]time.Duration // wall time over which CPU was measured
+	// Layers is the client CPU of the measured phases by layer (see
+	// Layer), from a CPU profile of the process; nil when Attribute was
+	// not called.
+	Layers map[string]time.Duration
 }
 
 // Rate returns completed cycles per second.
@@ -226,11 +231,11 @@ func runCell(ctx context.Context, c *Config, grace time.Duration, round int, r *
 	defer t.Close()
 	seed := uint64(round)<<32 | uint64(r.Workload.Workers)
 	if c.Warmup > 0 {
-		phase(ctx, t, r.Workload, c.KeyBase, c.Warmup, grace, seed^0x5eed, nil)
+		phase(ctx, t, r.Workload, c.KeyBase, c.Warmup, grace, seed^0x5eed, nil, "")
 	}
 	before := readMeters(c.Meters)
 	start := time.Now()
-	stats := phase(ctx, t, r.Workload, c.KeyBase, c.Duration, grace, seed, NewHistogram)
+	stats := phase(ctx, t, r.Workload, c.KeyBase, c.Duration, grace, seed, NewHistogram, CellKey(r))
 	elapsed := time.Since(start)
 	after := readMeters(c.Meters)
 	var locks int64
@@ -267,8 +272,10 @@ func readMeters(ms map[string]CPUMeter) map[string]time.Duration {
 
 // phase runs w.Workers workers for d; each loops over cycles on random keys
 // until d has passed, ctx ends, or it fails maxConsecutiveErrors times in a
-// row. A nil newHist means a warm-up: nothing is recorded.
-func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace time.Duration, seed uint64, newHist func() *Histogram) []workerStats {
+// row. A nil newHist means a warm-up: nothing is recorded. Measured
+// workers run under the pprof label LabelCell = cell, which the goroutines
+// they start inherit, so a CPU profile can be split by cell.
+func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace time.Duration, seed uint64, newHist func() *Histogram, cell string) []workerStats {
 	end := time.Now().Add(d)
 	pctx, cancel := context.WithDeadline(ctx, end.Add(grace))
 	defer cancel()
@@ -276,17 +283,16 @@ func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace ti
 	var wg sync.WaitGroup
 	for i := range w.Workers {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		work := func(wctx context.Context) {
 			s := &stats[i]
 			if newHist != nil {
 				s.hist = newHist()
 			}
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			consecutive := 0
-			for time.Now().Before(end) && pctx.Err() == nil {
+			for time.Now().Before(end) && wctx.Err() == nil {
 				key := keyBase + int64(rng.IntN(w.Keys))
-				acq, err := t.Cycle(pctx, key)
+				acq, err := t.Cycle(wctx, key)
 				if err != nil {
 					s.errors++
 					if s.firstErr == nil {
@@ -303,6 +309,14 @@ func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace ti
 					s.hist.Record(acq)
 				}
 			}
+		}
+		go func() {
+			defer wg.Done()
+			if newHist == nil {
+				work(pctx)
+				return
+			}
+			pprof.Do(pctx, pprof.Labels(LabelCell, cell), work)
 		}()
 	}
 	wg.Wait()

@@ -233,3 +233,39 @@ func CPUModel() string {
 	}
 	return ""
 }
+
+// MeterMachine is the name of the meter for the whole machine
+// (MachineCPU): every process, ours and others, plus interrupt time. It is
+// shown beside the per-process meters, never added to them.
+const MeterMachine = "machine"
+
+// MachineCPU is a meter for the whole machine: the busy time of all CPUs
+// from the first line of /proc/stat (user, nice, system, irq, softirq,
+// steal; not idle or iowait). Beside the per-process meters it tells how
+// much of the machine other processes took during a cell.
+func MachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("bench: machine cpu: %w", err)
+	}
+	return parseMachineStat(string(b))
+}
+
+// parseMachineStat returns the busy time in the "cpu" line of /proc/stat.
+func parseMachineStat(s string) (time.Duration, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal [guest guest_nice]
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("bench: malformed /proc/stat first line %q", line)
+	}
+	var busy int64
+	for _, k := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseInt(f[k], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: malformed /proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return ticks(busy), nil
+}

@@ -118,3 +118,33 @@ func TestProcReal(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestParseMachineStat(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	got, err := parseMachineStat("cpu  100 5 40 9000 7 3 2 1 0 0\ncpu0 50 2 20 4500 3 1 1 0 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ticks(100 + 5 + 40 + 3 + 2 + 1); got != want {
+		t.Fatalf("busy = %v, want %v (idle and iowait left out)", got, want)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 x 4 5 6 7 8"} {
+		if _, err := parseMachineStat(bad); err == nil {
+			t.Errorf("parseMachineStat(%q) accepted", bad)
+		}
+	}
+}
+
+func TestMachineCPUReadsProc(t *testing.T) {
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		t.Skip("no /proc/stat on this system")
+	}
+	a, err := MachineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MachineCPU()
+	if err != nil || b < a {
+		t.Fatalf("second reading %v (%v) below the first %v", b, err, a)
+	}
+}

@@ -62,6 +62,21 @@ type Report struct {
 	Goals            []Goal
 	Meters           []string // CPU meters to show, in order
 	Notes            []string
+	// CPUs is the number of CPUs of the machine (runtime.NumCPU); 0 is
+	// unknown, and Explain then does not say how busy the machine was.
+	CPUs int
+	// PoolSize is PgBouncer's server pool size on the pgbouncer path;
+	// 0 is unknown.
+	PoolSize int
+	// Ceiling is the variant ID of the protocol ceiling (e.g. "e"), whose
+	// rate Explain compares a missed goal with; empty is none.
+	Ceiling string
+	// Unattributed is the client CPU by layer of the profile's samples
+	// outside every measured cell (see Attribute); nil when the client was
+	// not profiled.
+	Unattributed map[string]time.Duration
+	// CPUProfilePath is where the whole CPU profile was written, if it was.
+	CPUProfilePath string
 }
 
 // FormatLatency renders d for a table: milliseconds with two decimals below
@@ -111,8 +126,9 @@ func mdEscape(s string) string {
 }
 
 // WriteMarkdown renders rep as Markdown: environment, the lock table with
-// ratios to the baseline, the goals, CPU use, the driver-overhead table and
-// the first error of every cell that had errors.
+// ratios to the baseline, the goals, CPU use, client CPU by layer (when
+// the client was profiled), why each missed goal was missed (Explain), the
+// driver-overhead table and the first error of every cell that had errors.
 func WriteMarkdown(w io.Writer, rep *Report) error {
 	ew := &errWriter{w: w}
 	p := ew.printf
@@ -190,6 +206,8 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		}
 		p("\n")
 	}
+	writeLayers(p, rep)
+	writeWhy(p, rep)
 	if len(rep.Overhead) > 0 {
 		p("### Driver overhead: `SELECT $1::int`, one connection\n\n")
 		p("| path | driver | queries/s | × (%s) | extra per query | p50 | p99 | errors |\n", rep.OverheadBaseline)
@@ -207,7 +225,8 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			p("| %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Variant.Path, mdEscape(r.Variant.Label()), rateCell(r), ratio, extra,
 				FormatLatency(r.Latency.mustPercentile(50)), FormatLatency(r.Latency.mustPercentile(99)), r.Errors)
 		}
-		p("\n")
+		p("\nEach driver has its own connection; the drivers take turns query by query on one goroutine, so both see the same moments of the machine. ")
+		p("Queries/s is per second of time spent in that driver's own queries; extra per query is the difference of the mean times.\n\n")
 	}
 	var errLines []string
 	for _, r := range slices.Concat(rep.Locks, rep.Overhead) {
@@ -227,6 +246,88 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("\n")
 	}
 	return ew.err
+}
+
+// writeLayers renders the client CPU per lock by layer of every lock
+// result that has a profile and completed cycles, with the layers that
+// are non-zero somewhere.
+func writeLayers(p func(string, ...any), rep *Report) {
+	var rows []*Result
+	for _, r := range rep.Locks {
+		if r.Layers != nil && r.Locks > 0 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	var cols []string
+	for _, l := range Layers {
+		if slices.ContainsFunc(rows, func(r *Result) bool { return r.Layers[l] > 0 }) {
+			cols = append(cols, l)
+		}
+	}
+	p("### Client CPU by layer (µs per lock, CPU profile of the bench process)\n\n")
+	p("| workload | path | variant |")
+	for _, l := range cols {
+		p(" %s |", l)
+	}
+	p(" total |\n| --- | --- | --- |%s\n", strings.Repeat(" ---: |", len(cols)+1))
+	for _, r := range rows {
+		p("| %s | %s | %s |", mdEscape(r.Workload.Name), r.Variant.Path, mdEscape(r.Variant.Label()))
+		for _, l := range cols {
+			p(" %.1f |", perLockMicros(r.Layers[l], r.Locks))
+		}
+		p(" %.1f |\n", perLockMicros(sumLayers(r), r.Locks))
+	}
+	p("\nMade with Go's CPU profiler (100 samples per second) running through the whole run: every measured worker runs under the pprof label `%s=<workload>/<path>/<variant>`, which the goroutines it starts inherit. ", LabelCell)
+	p("A sample is a socket write or read when it is inside a system call made under a write or read, other syscalls when inside another system call, else it goes by the package of the function on top of its stack (Go runtime includes the allocation and GC work the workers did themselves). ")
+	p("Few samples make a small cell noisy (10 ms each).")
+	if len(rep.Unattributed) > 0 {
+		var total time.Duration
+		var parts []string
+		for _, l := range Layers {
+			if d := rep.Unattributed[l]; d > 0 {
+				total += d
+				parts = append(parts, fmt.Sprintf("%s %s", l, formatMillis(d)))
+			}
+		}
+		p(" Unattributed, for the whole run (warm-ups, setup, GC background workers, idle scheduler): %s (%s).", formatMillis(total), strings.Join(parts, ", "))
+	}
+	if rep.CPUProfilePath != "" {
+		p(" The whole profile is at `%s` (`go tool pprof -tagfocus %s=<key>` shows one cell).", rep.CPUProfilePath, LabelCell)
+	}
+	p("\n\n")
+}
+
+// writeWhy renders Explain's bullets for every goal that was missed.
+func writeWhy(p func(string, ...any), rep *Report) {
+	first := true
+	for _, g := range rep.Goals {
+		v := g.Evaluate(rep.Locks)
+		bullets := Explain(rep, v)
+		if len(bullets) == 0 {
+			continue
+		}
+		if first {
+			p("### Why goals were missed\n\n")
+			first = false
+		}
+		p("%s — %s, missed by %.0f%%:\n\n", mdEscape(g.Text), FormatRatio(v.Got), v.Shortfall*100)
+		for _, b := range bullets {
+			p("- %s\n", b)
+		}
+		p("\n")
+	}
+}
+
+func perLockMicros(d time.Duration, locks int64) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(locks)
+}
+
+// formatMillis renders a CPU total: "1234 ms".
+func formatMillis(d time.Duration) string {
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
 }
 
 type errWriter struct {

@@ -52,7 +52,7 @@ func TestWriteMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := buf.String()
-	for _, want := range []string{
+	markdownHas(t, md,
 		"## test run\n",
 		"```\npgadvisory bench -duration 1s\n```",
 		`- machine: 2 CPUs \| test`, // pipes escaped
@@ -70,7 +70,13 @@ func TestWriteMarkdown(t *testing.T) {
 		"| direct | (pgadvisory) vpgadvisory | 8000 | 0.80× | +25.0 µs |",
 		"- contended, redis, (d) Redlock <5 masters>: 3 errors, first: `redsync: failed to acquire lock`",
 		"### Notes\n\n- a note\n",
-	} {
+	)
+}
+
+// markdownHas fails t for every want that md lacks.
+func markdownHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q\n--- got:\n%s", want, md)
 		}

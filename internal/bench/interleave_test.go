@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// counter is a target that only counts its cycles.
+type counter struct{ calls atomic.Int64 }
+
+func (c *counter) Cycle(context.Context, int64) (time.Duration, error) {
+	c.calls.Add(1)
+	return 0, nil
+}
+func (c *counter) Close() error { return nil }
+
+func TestRunInterleavedAlternates(t *testing.T) {
+	a, b := &counter{}, &counter{}
+	const rounds = 3
+	res, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "one", Workers: 1, Keys: 5}},
+		Variants:  []Variant{variantOf("a", PathDirect, a), variantOf("b", PathDirect, b)},
+		Duration:  20 * time.Millisecond,
+		Rounds:    rounds,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results, want 2", len(res))
+	}
+	ra, rb := res[0], res[1]
+	if ra.Locks == 0 || ra.Locks != a.calls.Load() || rb.Locks != b.calls.Load() {
+		t.Fatalf("locks a=%d (calls %d) b=%d (calls %d)", ra.Locks, a.calls.Load(), rb.Locks, b.calls.Load())
+	}
+	// Strict alternation: within a round the counts differ by at most one.
+	if d := ra.Locks - rb.Locks; d > rounds || d < -rounds {
+		t.Fatalf("a ran %d cycles, b %d: not alternated", ra.Locks, rb.Locks)
+	}
+	for _, r := range res {
+		if len(r.Rates) != rounds || r.Elapsed <= 0 || r.Latency.Count() != uint64(r.Locks) {
+			t.Fatalf("%s: rates %v, elapsed %v, latency count %d, locks %d", r.Variant.ID, r.Rates, r.Elapsed, r.Latency.Count(), r.Locks)
+		}
+		if _, ok := r.Cores("client"); ok {
+			t.Fatalf("%s: CPU measured, but interleaved variants share the process", r.Variant.ID)
+		}
+	}
+}
+
+func TestRunInterleavedFailingVariant(t *testing.T) {
+	good, bad := &counter{}, &failing{}
+	openErr := Variant{ID: "x", Name: "unopenable", Path: PathDirect,
+		Open: func(context.Context, int) (Target, error) { return nil, errors.New("no server") }}
+	res, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "one", Workers: 1, Keys: 1}},
+		Variants:  []Variant{variantOf("good", PathDirect, good), variantOf("bad", PathDirect, bad), openErr},
+		Duration:  20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Locks == 0 || res[0].Errors != 0 {
+		t.Fatalf("good variant: %d locks, %d errors", res[0].Locks, res[0].Errors)
+	}
+	if res[1].Errors != maxConsecutiveErrors || bad.calls.Load() != maxConsecutiveErrors || res[1].FirstErr != "server gone" {
+		t.Fatalf("failing variant: %d errors after %d calls, first %q; want it stopped after %d", res[1].Errors, bad.calls.Load(), res[1].FirstErr, maxConsecutiveErrors)
+	}
+	if res[2].Errors != 1 || res[2].FirstErr != "no server" || res[2].Locks != 0 {
+		t.Fatalf("unopenable variant: %+v", res[2])
+	}
+}
+
+func TestRunInterleavedAllFailing(t *testing.T) {
+	bad := &failing{}
+	res, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "one", Workers: 1, Keys: 1}},
+		Variants:  []Variant{variantOf("bad", PathDirect, bad)},
+		Duration:  time.Hour, // ends early: every variant stopped
+	})
+	if err != nil || res[0].Errors != maxConsecutiveErrors {
+		t.Fatalf("err %v, result %+v", err, res[0])
+	}
+}
+
+func TestRunInterleavedRejects(t *testing.T) {
+	_, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "many", Workers: 2, Keys: 1}},
+		Variants:  []Variant{variantOf("a", PathDirect, &counter{})},
+		Duration:  time.Millisecond,
+	})
+	if err == nil || !strings.Contains(err.Error(), "exactly one worker") {
+		t.Fatalf("err = %v, want a one-worker error", err)
+	}
+	if _, err := RunInterleaved(context.Background(), Config{}); err == nil {
+		t.Fatal("empty config accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := RunInterleaved(ctx, Config{
+		Workloads: []Workload{{Name: "one", Workers: 1, Keys: 1}},
+		Variants:  []Variant{variantOf("a", PathDirect, &counter{})},
+		Duration:  time.Millisecond,
+	}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled context: err = %v", err)
+	}
+}
