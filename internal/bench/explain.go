@@ -59,7 +59,7 @@ func Explain(rep *Report, v Verdict) []string {
 			nShare*100, nt, nBusy, rep.CPUs, meterList(rep, num), nOthers, dShare*100, dt, dBusy, meterList(rep, den), dOthers)
 		if cpuBound {
 			out = append(out, fmt.Sprintf("CPU-bound: %s, so locks/s follow total CPU per lock. %s used %s per lock (%s), %s %s; CPU alone allows %s %s %s.",
-				busy, nt, formatMicros(nPer), strings.Join(processMeters(rep), " + "), dt, formatMicros(dPer),
+				busy, nt, formatMicros(nPer), strings.Join(busyMeters(rep, num, den), " + "), dt, formatMicros(dPer),
 				nt, FormatRatio(float64(dPer)/float64(nPer)), dt))
 		} else {
 			out = append(out, fmt.Sprintf("Not CPU-bound: %s (CPU-bound from %.0f%%).", busy, CPUBoundShare*100))
@@ -181,14 +181,33 @@ func busyCores(r *Result, ours float64) (float64, string) {
 	return m, fmt.Sprintf(", other processes and interrupts %.2f", max(m-ours, 0))
 }
 
-// meterList renders r's cores per process meter: "client 0.84, postgres 1.09".
+// meterList renders r's cores per process meter: "client 0.84, postgres
+// 1.09". A meter that read (nearly) nothing, such as PgBouncer's during a
+// direct cell, is left out.
 func meterList(rep *Report, r *Result) string {
 	var parts []string
 	for _, m := range processMeters(rep) {
-		c, _ := r.Cores(m)
-		parts = append(parts, fmt.Sprintf("%s %.2f", m, c))
+		if c, _ := r.Cores(m); c >= idleCores {
+			parts = append(parts, fmt.Sprintf("%s %.2f", m, c))
+		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// idleCores is the CPU below which a meter counts as idle in a cell.
+const idleCores = 0.005
+
+// busyMeters returns the process meters that were not idle during a or b.
+func busyMeters(rep *Report, a, b *Result) []string {
+	var ms []string
+	for _, m := range processMeters(rep) {
+		ca, _ := a.Cores(m)
+		cb, _ := b.Cores(m)
+		if max(ca, cb) >= idleCores {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 // cycleTime is how long one worker took per cycle on average.

@@ -244,3 +244,14 @@ func TestExplainMachineMeter(t *testing.T) {
 		"(c) used 267 µs per lock (client + postgres + pgbouncer)",
 	}, []string{"machine 1.90", "Not CPU-bound"})
 }
+
+// A meter that read nothing during the two cells (PgBouncer's during direct
+// cells) is left out of the lists.
+func TestExplainLeavesOutIdleMeters(t *testing.T) {
+	rep := cpuBoundReport()
+	rep.Meters = append(rep.Meters, "pgbouncer")
+	for _, r := range rep.Locks {
+		r.CPU["pgbouncer"], r.cpuWall["pgbouncer"] = 0, r.Elapsed
+	}
+	checkBullets(t, explainFirst(rep), []string{"cores: client 0.90, postgres 1.00)", "(client + postgres)"}, []string{"pgbouncer"})
+}
