@@ -17,7 +17,8 @@ import (
 //
 // Every workload must have one worker. Duration is the measured time of a
 // round for all variants together; each round opens fresh targets, warms
-// them up (alternating too) and starts with another variant. A result's
+// them up (alternating too) and runs passes over all variants, each pass in
+// a random order. A result's
 // Elapsed is the time spent in its own cycles, so Rate is the cycles per
 // second one connection of that variant would run; CPU is not measured
 // (the variants share the process).
@@ -76,11 +77,11 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 	}
 	rng := rand.New(rand.NewPCG(uint64(round), uint64(w.Keys)))
 	if c.Warmup > 0 {
-		alternate(ctx, c, w, targets, round, c.Warmup, rng, nil)
+		alternate(ctx, c, w, targets, c.Warmup, rng, nil)
 	}
 	own := make([]time.Duration, len(rs))
 	locks := make([]int64, len(rs))
-	alternate(ctx, c, w, targets, round, c.Duration, rng, func(i int, d time.Duration, err error) {
+	alternate(ctx, c, w, targets, c.Duration, rng, func(i int, d time.Duration, err error) {
 		r := rs[i]
 		if err != nil {
 			r.Errors++
@@ -104,11 +105,12 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 	}
 }
 
-// alternate runs the targets' cycles in turn for d, starting with target
-// round mod n, and hands each cycle's wall time and error to record (nil:
-// warm-up). A target that is nil (it failed to open) or that failed
-// maxConsecutiveErrors times in a row is skipped.
-func alternate(ctx context.Context, c *Config, w Workload, targets []Target, round int, d time.Duration, rng *rand.Rand, record func(i int, d time.Duration, err error)) {
+// alternate runs the targets' cycles in turn for d: in passes that run
+// every target once, each pass in a new random order (so that no target
+// always follows the same one), and hands each cycle's wall time and error
+// to record (nil: warm-up). A target that is nil (it failed to open) or
+// that failed maxConsecutiveErrors times in a row is skipped.
+func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d time.Duration, rng *rand.Rand, record func(i int, d time.Duration, err error)) {
 	n := len(targets)
 	consecutive := make([]int, n)
 	grace := c.CycleGrace
@@ -118,8 +120,12 @@ func alternate(ctx context.Context, c *Config, w Workload, targets []Target, rou
 	end := time.Now().Add(d)
 	pctx, cancel := context.WithDeadline(ctx, end.Add(grace))
 	defer cancel()
-	for turn := round % n; time.Now().Before(end) && pctx.Err() == nil; turn++ {
-		i := turn % n
+	var order []int
+	for turn := 0; time.Now().Before(end) && pctx.Err() == nil; turn++ {
+		if turn%n == 0 {
+			order = rng.Perm(n)
+		}
+		i := order[turn%n]
 		t := targets[i]
 		if t == nil || consecutive[i] >= maxConsecutiveErrors {
 			if allStopped(targets, consecutive) {
