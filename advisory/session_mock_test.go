@@ -123,7 +123,10 @@ func TestHoldSessionHealthCheckLoss(t *testing.T) {
 		WillReturnError(driver.ErrBadConn)
 	l, err := advisory.HoldSession(context.Background(), db, advisory.IntKey(11),
 		advisory.WithPoolMode(poolmode.Session), advisory.WithTimeout(3*time.Second),
-		advisory.WithHealthInterval(time.Millisecond))
+		// Each check has one interval to answer: long enough that the
+		// first (answered at once by the mock) cannot time out under -race
+		// on a loaded machine, which a 1 ms interval did in CI.
+		advisory.WithHealthInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
