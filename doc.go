@@ -92,8 +92,11 @@
 // itself fails, the first statement returns "pgadvisory: begin (pipelined with
 // the first statement): ..." wrapping the server's error. The first
 // statement's rows are decoded by the driver to the same values pgx stdlib
-// gives; later statements go through pgx stdlib untouched. WithPipelineBegin
-// or pgadvisory_pipeline_begin=false turns it off.
+// gives; later statements go through pgx stdlib untouched. Where named
+// prepared statements are safe (exec mode cache_statement, not behind a
+// transaction pooler), BEGIN and the first statement are prepared once per
+// connection, so the server parses neither in later transactions.
+// WithPipelineBegin or pgadvisory_pipeline_begin=false turns it off.
 //
 // # Statements the scanner cannot read
 //
