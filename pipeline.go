@@ -307,10 +307,12 @@ func (c *Conn) sendFirst(ctx context.Context, call firstCall, sd *pgconn.Stateme
 // prepared on this connection when first statements are prepared too
 // (cache_statement, not behind a transaction pooler): executing it spares
 // the server a parse of BEGIN in every transaction, as pgx's own batches
-// do. nil means: send the text. A failed prepare is not an error here; the
-// text is sent, and a broken connection fails the pipeline.
+// do. nil means: send the text. A cache of one statement keeps the text:
+// BEGIN and the statement would evict each other, at a prepare round trip
+// per transaction. A failed prepare is not an error here; the text is sent,
+// and a broken connection fails the pipeline.
 func (c *Conn) namedBegin(ctx context.Context) *pgconn.StatementDescription {
-	if c.pooled || c.stmts.namedOff || c.execMode() != pgx.QueryExecModeCacheStatement {
+	if c.pooled || c.stmts.namedOff || c.stmts.named.capacity < 2 || c.execMode() != pgx.QueryExecModeCacheStatement {
 		return nil
 	}
 	sd, err := c.namedFirst(ctx, c.beginSQL)

@@ -1333,6 +1333,35 @@ func TestPipelineNamedStatementPrepareFails(t *testing.T) {
 	}
 }
 
+// TestPipelineOneStatementCache: with pgx's statement cache at one
+// statement, BEGIN is sent as text so that it does not evict the first
+// statement: after the first transaction each costs two round trips and
+// prepares nothing.
+func TestPipelineOneStatementCache(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	conn, p := pinned(t, "pgadvisory", withParams(t, c.DirectDSN(), "statement_cache_capacity", "1"))
+	const query = "SELECT $1::int8"
+	if _, err := firstInTx(ctx, conn, query, 1); err != nil {
+		t.Fatal(err)
+	}
+	p.reset()
+	const txs = 3
+	for i := range txs {
+		if v, err := firstInTx(ctx, conn, query, i); err != nil || v != int64(i) {
+			t.Fatalf("transaction %d: %v %v", i, v, err)
+		}
+	}
+	// Per transaction: BEGIN (parsed) with the statement, then ROLLBACK.
+	if turns, parses, closes := p.turns.Load(), p.sent('P'), p.sent('C'); turns != 2*txs || parses != txs || closes != 0 {
+		t.Errorf("%d transactions: %d round trips, %d Parse and %d Close messages; want %d, %d (the BEGINs) and 0",
+			txs, turns, parses, closes, 2*txs, txs)
+	}
+	if named, stale := firstStatementState(t, conn); named != 1 || stale != 0 {
+		t.Errorf("cache holds %d statements and %d names to close, want 1 and 0", named, stale)
+	}
+}
+
 // TestPipelineDisabledStatementCache: with pgx's statement cache disabled,
 // cache_statement mode fails in pgx; the first statement of a pipelined
 // transaction fails the same way instead of preparing a statement of its
