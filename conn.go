@@ -316,13 +316,9 @@ func (c *Conn) withOverride(args []driver.NamedValue) []driver.NamedValue {
 	return out
 }
 
-// applyPolicy runs the policy on a statement that may hold a lock call (or
-// that needs the per-query exec-mode override) and returns the text to send;
-// other statements come back unchanged without being scanned.
+// applyPolicy runs the policy on a statement that may hold a lock call
+// (mayIntercept said so) and returns the text to send.
 func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
-	if c.execOverride == 0 && !c.mayIntercept(query) {
-		return query, nil
-	}
 	v, err := c.intercept(ctx, query)
 	if err != nil {
 		return "", err
@@ -333,7 +329,7 @@ func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
 
 // ExecContext applies the policy and runs the statement on the inner
 // connection. Statements that cannot contain a lock call go straight
-// through.
+// through: the pre-filter runs once per statement.
 //
 // The first statement of a pipelined transaction carries the BEGIN
 // (WithPipelineBegin).
@@ -341,12 +337,13 @@ func (c *Conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if c.execer == nil {
 		return nil, driver.ErrSkip
 	}
-	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
+	if c.mayIntercept(query) {
+		var err error
+		if query, err = c.applyPolicy(ctx, query); err != nil {
+			return nil, err
+		}
+	} else if c.execOverride == 0 && !c.firstPending() {
 		return c.execer.ExecContext(ctx, query, args)
-	}
-	query, err := c.applyPolicy(ctx, query)
-	if err != nil {
-		return nil, err
 	}
 	if c.firstPending() {
 		return c.execFirst(ctx, firstCall{query: query, args: args}, func() (driver.Result, error) {
@@ -365,12 +362,13 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if c.queryer == nil {
 		return nil, driver.ErrSkip
 	}
-	if c.execOverride == 0 && !c.firstPending() && !c.mayIntercept(query) {
+	if c.mayIntercept(query) {
+		var err error
+		if query, err = c.applyPolicy(ctx, query); err != nil {
+			return nil, err
+		}
+	} else if c.execOverride == 0 && !c.firstPending() {
 		return c.queryer.QueryContext(ctx, query, args)
-	}
-	query, err := c.applyPolicy(ctx, query)
-	if err != nil {
-		return nil, err
 	}
 	if c.firstPending() {
 		return c.queryFirst(ctx, firstCall{query: query, args: args}, func() (driver.Rows, error) {
