@@ -57,7 +57,7 @@ func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context
 		return errors.New("advisory: WithXactLock: nil callback")
 	}
 	// Fail fast on an expired context before opening a transaction.
-	if _, err := waitLimit(ctx, key, c); err != nil {
+	if err := expired(ctx, key); err != nil {
 		return err
 	}
 	tx, err := db.BeginTx(ctx, c.txOpts)
@@ -286,12 +286,24 @@ func millis(d time.Duration) string {
 	return strconv.FormatInt(int64(ms), 10) + "ms"
 }
 
+// expired returns the lock error of a context that is canceled or past its
+// deadline, before anything is sent.
+func expired(ctx context.Context, key Key) error {
+	if err := ctx.Err(); err != nil {
+		return classify(ctx, "lock", key, err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return classify(ctx, "lock", key, context.DeadlineExceeded)
+	}
+	return nil
+}
+
 // waitLimit returns the lock_timeout to send ("" for none): the sooner of
 // WithTimeout and the context deadline. An expired or canceled context is an
 // error, before anything is sent.
 func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", classify(ctx, "lock", key, err)
+	if err := expired(ctx, key); err != nil {
+		return "", err
 	}
 	if c.has(optNoWait) {
 		return "", nil
