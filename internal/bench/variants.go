@@ -140,22 +140,34 @@ func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, e
 // idle pool, so connection set-up (and, with pgadvisory, pool-mode
 // detection) is not measured.
 func prefillSQL(ctx context.Context, db *sql.DB, conns int) error {
-	held := make([]*sql.Conn, 0, conns)
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	for range conns {
+	return prefill(ctx, conns, func(ctx context.Context) (func(), error) {
 		c, err := db.Conn(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := c.PingContext(ctx); err != nil {
 			c.Close()
+			return nil, err
+		}
+		return func() { c.Close() }, nil
+	})
+}
+
+// prefill takes n connections with acquire, all held at once (each
+// checked by acquire), then gives them all back.
+func prefill(ctx context.Context, n int, acquire func(context.Context) (release func(), err error)) error {
+	releases := make([]func(), 0, n)
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+	}()
+	for range n {
+		release, err := acquire(ctx)
+		if err != nil {
 			return err
 		}
-		held = append(held, c)
+		releases = append(releases, release)
 	}
 	return nil
 }
@@ -181,24 +193,17 @@ func openPgxpool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, err
 
 // prefillPgxpool is prefillSQL for pgxpool.
 func prefillPgxpool(ctx context.Context, pool *pgxpool.Pool, conns int) error {
-	held := make([]*pgxpool.Conn, 0, conns)
-	defer func() {
-		for _, c := range held {
-			c.Release()
-		}
-	}()
-	for range conns {
+	return prefill(ctx, conns, func(ctx context.Context) (func(), error) {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := c.Ping(ctx); err != nil {
 			c.Release()
-			return err
+			return nil, err
 		}
-		held = append(held, c)
-	}
-	return nil
+		return c.Release, nil
+	})
 }
 
 // XactLock is variants (b) and (c): advisory.WithXactLock over database/sql
