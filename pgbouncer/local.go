@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -221,12 +220,11 @@ func (lc *localCluster) spawn(name, logName, bin string, args ...string) (*proce
 var freePort = kernelFreePort
 
 func kernelFreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := spawn.FreePort()
 	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: find a free port: %w", err)
+		return 0, fmt.Errorf("pgbouncer: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 // errPortTaken marks a server that exited because its port was in use.

@@ -179,9 +179,9 @@ func (l *Lab) startOne(ctx context.Context, bin string, i int) error {
 	}
 	var lastErr error
 	for range maxPortTries {
-		port, err := freePort()
+		port, err := childproc.FreePort()
 		if err != nil {
-			return err
+			return fmt.Errorf("redislab: %w", err)
 		}
 		inst, err := spawn(bin, idir, port)
 		if err != nil {
@@ -203,15 +203,6 @@ func (l *Lab) startOne(ctx context.Context, bin string, i int) error {
 		return nil
 	}
 	return fmt.Errorf("redislab: instance %d did not start after %d tries: %w", i, maxPortTries, lastErr)
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redislab: find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func spawn(bin, dir string, port int) (*instance, error) {

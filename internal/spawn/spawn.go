@@ -11,6 +11,8 @@
 package spawn
 
 import (
+	"fmt"
+	"net"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -41,4 +43,16 @@ func spawner() {
 	for r := range requests {
 		r.done <- r.cmd.Start()
 	}
+}
+
+// FreePort asks the kernel for a free TCP port on 127.0.0.1 for a child
+// server to listen on. Another process may take it before the child binds
+// it; callers retry on a bind error.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

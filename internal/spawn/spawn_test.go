@@ -1,8 +1,10 @@
 package spawn
 
 import (
+	"net"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,4 +64,16 @@ func TestChildSurvivesRequestingThreadExit(t *testing.T) {
 	} else {
 		t.Log("plain cmd.Start child was killed when its thread exited: the hazard Start avoids")
 	}
+}
+
+func TestFreePortIsBindable(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("port %d from FreePort: %v", port, err)
+	}
+	l.Close()
 }
