@@ -32,6 +32,21 @@ func openFake(t testing.TB, opts ...Option) (*sql.DB, *fakeConnector, *bytes.Buf
 	return db, fc, &logs
 }
 
+// connectWrapped wraps connector with pool mode mode and returns the
+// wrapper and one of its connections.
+func connectWrapped(t *testing.T, connector driver.Connector, mode poolmode.Mode) (*Connector, *Conn) {
+	t.Helper()
+	c, err := Wrap(connector, WithPoolMode(mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := c.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, dc.(*Conn)
+}
+
 func TestPolicyAutocommit(t *testing.T) {
 	ctx := context.Background()
 	const lock = "SELECT pg_advisory_lock(42)"
@@ -258,15 +273,7 @@ func TestResetSessionGuard(t *testing.T) {
 func TestInterfacesSurviveWrapping(t *testing.T) {
 	ctx := context.Background()
 	fc := &fakeConnector{}
-	c, err := Wrap(fc, WithPoolMode(poolmode.Direct))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := c.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := dc.(*Conn)
+	c, conn := connectWrapped(t, fc, poolmode.Direct)
 	inner := fc.last()
 	if conn.Raw() != driver.Conn(inner) || conn.PoolMode() != poolmode.Direct || conn.PgxConn() != nil {
 		t.Fatal("accessors do not reach the inner connection")
@@ -331,15 +338,7 @@ func (minimalConnector) Driver() driver.Driver { return nil }
 
 func TestMinimalInnerConn(t *testing.T) {
 	ctx := context.Background()
-	c, err := Wrap(minimalConnector{}, WithPoolMode(poolmode.Transaction))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := c.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := dc.(*Conn)
+	c, conn := connectWrapped(t, minimalConnector{}, poolmode.Transaction)
 	if _, err := conn.ExecContext(ctx, "SELECT 1", nil); err != driver.ErrSkip {
 		t.Errorf("ExecContext = %v, want driver.ErrSkip", err)
 	}
@@ -370,15 +369,7 @@ func TestHotPathAllocs(t *testing.T) {
 	for _, mode := range []poolmode.Mode{poolmode.Direct, poolmode.Transaction} {
 		t.Run(mode.String(), func(t *testing.T) {
 			fc := &fakeConnector{}
-			c, err := Wrap(fc, WithPoolMode(mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			dc, err := c.Connect(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn := dc.(*Conn)
+			_, conn := connectWrapped(t, fc, mode)
 			args := []driver.NamedValue{{Ordinal: 1, Value: int64(1)}}
 			inner := testing.AllocsPerRun(200, func() { fc.last().ExecContext(ctx, benchQuery, args) })
 			wrapped := testing.AllocsPerRun(200, func() { conn.ExecContext(ctx, benchQuery, args) })

@@ -61,104 +61,104 @@ func hold(t *testing.T, db *sql.DB, key advisory.Key, opts ...advisory.LockOptio
 	return pid, release
 }
 
+// eachTarget runs body as a subtest for every target (direct and through
+// PgBouncer in transaction mode) with a database handle on it and the test's
+// context.
+func eachTarget(t *testing.T, body func(t *testing.T, db *sql.DB, ctx context.Context)) {
+	c := pgbouncer.Need(t, cluster)
+	for _, tg := range targets(c, true) {
+		t.Run(tg.name, func(t *testing.T) { body(t, openDB(t, tg.dsn), testCtx(t)) })
+	}
+}
+
 // Mutual exclusion: 50 goroutines take random keys out of 100; a per-key
 // counter of holders must never exceed one. Through PgBouncer the pool has 4
 // backends: waiting goroutines keep a backend each, but a holder already has
 // its own, so the pool never deadlocks.
 func TestIntegrationMutualExclusion(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			db.SetMaxOpenConns(20)
-			ctx := testCtx(t)
-			const workers, keys, rounds = 50, 100, 20
-			var holders [keys]atomic.Int32
-			var violations, cycles atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r := rand.New(rand.NewPCG(uint64(w), 1))
-					for range rounds {
-						i := r.IntN(keys)
-						err := advisory.WithXactLock(ctx, db, uniqueKey(t, fmt.Sprint(i)), func(ctx context.Context, tx *sql.Tx) error {
-							if holders[i].Add(1) != 1 {
-								violations.Add(1)
-							}
-							defer holders[i].Add(-1)
-							// A round trip inside the critical section widens the window.
-							_, err := tx.ExecContext(ctx, "SELECT 1")
-							cycles.Add(1)
-							return err
-						}, advisory.WithTimeout(30*time.Second))
-						if err != nil {
-							errs <- err
-							return
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		db.SetMaxOpenConns(20)
+		const workers, keys, rounds = 50, 100, 20
+		var holders [keys]atomic.Int32
+		var violations, cycles atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 1))
+				for range rounds {
+					i := r.IntN(keys)
+					err := advisory.WithXactLock(ctx, db, uniqueKey(t, fmt.Sprint(i)), func(ctx context.Context, tx *sql.Tx) error {
+						if holders[i].Add(1) != 1 {
+							violations.Add(1)
 						}
+						defer holders[i].Add(-1)
+						// A round trip inside the critical section widens the window.
+						_, err := tx.ExecContext(ctx, "SELECT 1")
+						cycles.Add(1)
+						return err
+					}, advisory.WithTimeout(30*time.Second))
+					if err != nil {
+						errs <- err
+						return
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-			if v := violations.Load(); v != 0 {
-				t.Fatalf("%d times a key had two holders", v)
-			}
-			if n := cycles.Load(); n != workers*rounds {
-				t.Fatalf("%d critical sections ran, want %d", n, workers*rounds)
-			}
-		})
-	}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if v := violations.Load(); v != 0 {
+			t.Fatalf("%d times a key had two holders", v)
+		}
+		if n := cycles.Load(); n != workers*rounds {
+			t.Fatalf("%d critical sections ran, want %d", n, workers*rounds)
+		}
+	})
 }
 
 func TestIntegrationTimeout(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			ctx := testCtx(t)
-			key := uniqueKey(t, "k")
-			holderPID, release := hold(t, db, key)
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		key := uniqueKey(t, "k")
+		holderPID, release := hold(t, db, key)
 
-			// The option's limit: the server's 55P03, wrapped.
-			err := advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
-				advisory.WithTimeout(100*time.Millisecond))
-			var pgErr *pgconn.PgError
-			if !errors.Is(err, advisory.ErrLockTimeout) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
-				t.Fatalf("err = %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
-			}
+		// The option's limit: the server's 55P03, wrapped.
+		err := advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
+			advisory.WithTimeout(100*time.Millisecond))
+		var pgErr *pgconn.PgError
+		if !errors.Is(err, advisory.ErrLockTimeout) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			t.Fatalf("err = %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
+		}
 
-			// The context deadline alone: lock_timeout comes from it. Either
-			// side may notice first; both are ErrLockTimeout.
-			dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			err = advisory.WithXactLock(dctx, db, key, func(context.Context, *sql.Tx) error { return nil })
-			cancel()
-			if !errors.Is(err, advisory.ErrLockTimeout) {
-				t.Fatalf("err = %v; want ErrLockTimeout", err)
-			}
-			// The server must stop waiting on its own: no waiter may be left
-			// behind to take the lock once the holder lets go (the ghost
-			// lock measured through PgBouncer without lock_timeout).
-			waitFor(t, 5*time.Second, func() (bool, error) {
-				w, err := advisory.Waiters(ctx, db, key)
-				return len(w) == 0, err
-			})
-			h, err := advisory.Holders(ctx, db, key)
-			if err != nil || len(h) != 1 || h[0].PID != holderPID {
-				t.Fatalf("Holders = %+v, %v; want only the holder %d", h, err, holderPID)
-			}
-			release()
-			err = advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil }, advisory.NoWait())
-			if err != nil {
-				t.Fatalf("after release: %v", err)
-			}
+		// The context deadline alone: lock_timeout comes from it. Either
+		// side may notice first; both are ErrLockTimeout.
+		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = advisory.WithXactLock(dctx, db, key, func(context.Context, *sql.Tx) error { return nil })
+		cancel()
+		if !errors.Is(err, advisory.ErrLockTimeout) {
+			t.Fatalf("err = %v; want ErrLockTimeout", err)
+		}
+		// The server must stop waiting on its own: no waiter may be left
+		// behind to take the lock once the holder lets go (the ghost
+		// lock measured through PgBouncer without lock_timeout).
+		waitFor(t, 5*time.Second, func() (bool, error) {
+			w, err := advisory.Waiters(ctx, db, key)
+			return len(w) == 0, err
 		})
-	}
+		h, err := advisory.Holders(ctx, db, key)
+		if err != nil || len(h) != 1 || h[0].PID != holderPID {
+			t.Fatalf("Holders = %+v, %v; want only the holder %d", h, err, holderPID)
+		}
+		release()
+		err = advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil }, advisory.NoWait())
+		if err != nil {
+			t.Fatalf("after release: %v", err)
+		}
+	})
 }
 
 // waitFor polls cond until it is true; limit only bounds a failing test.
@@ -217,84 +217,74 @@ func TestIntegrationRestoreLockTimeout(t *testing.T) {
 // second transaction would queue in PgBouncer and the test would deadlock
 // the pool instead of the locks.
 func TestIntegrationDeadlock(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			ctx := testCtx(t)
-			k1, k2 := uniqueKey(t, "1"), uniqueKey(t, "2")
-			var ready sync.WaitGroup
-			ready.Add(2)
-			run := func(first, second advisory.Key) error {
-				return advisory.WithXactLock(ctx, db, first, func(ctx context.Context, tx *sql.Tx) error {
-					ready.Done()
-					ready.Wait() // both hold their first key
-					return advisory.XactLock(ctx, tx, second, advisory.WithTimeout(20*time.Second))
-				}, advisory.WithTimeout(20*time.Second))
-			}
-			errs := make(chan error, 2)
-			go func() { errs <- run(k1, k2) }()
-			go func() { errs <- run(k2, k1) }()
-			e1, e2 := <-errs, <-errs
-			if e1 != nil && e2 != nil || e1 == nil && e2 == nil {
-				t.Fatalf("errors %v and %v; want exactly one deadlock victim", e1, e2)
-			}
-			err := errors.Join(e1, e2)
-			var pgErr *pgconn.PgError
-			if !errors.Is(err, advisory.ErrDeadlock) || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
-				t.Fatalf("err = %v; want ErrDeadlock wrapping 40P01", err)
-			}
-		})
-	}
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		k1, k2 := uniqueKey(t, "1"), uniqueKey(t, "2")
+		var ready sync.WaitGroup
+		ready.Add(2)
+		run := func(first, second advisory.Key) error {
+			return advisory.WithXactLock(ctx, db, first, func(ctx context.Context, tx *sql.Tx) error {
+				ready.Done()
+				ready.Wait() // both hold their first key
+				return advisory.XactLock(ctx, tx, second, advisory.WithTimeout(20*time.Second))
+			}, advisory.WithTimeout(20*time.Second))
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- run(k1, k2) }()
+		go func() { errs <- run(k2, k1) }()
+		e1, e2 := <-errs, <-errs
+		if e1 != nil && e2 != nil || e1 == nil && e2 == nil {
+			t.Fatalf("errors %v and %v; want exactly one deadlock victim", e1, e2)
+		}
+		err := errors.Join(e1, e2)
+		var pgErr *pgconn.PgError
+		if !errors.Is(err, advisory.ErrDeadlock) || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			t.Fatalf("err = %v; want ErrDeadlock wrapping 40P01", err)
+		}
+	})
 }
 
 func TestIntegrationTryAndShared(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			ctx := testCtx(t)
-			try := func(key advisory.Key, opts ...advisory.LockOption) bool {
-				t.Helper()
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tx.Rollback()
-				ok, err := advisory.TryXactLock(ctx, tx, key, opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ok
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		try := func(key advisory.Key, opts ...advisory.LockOption) bool {
+			t.Helper()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			ex, sh := uniqueKey(t, "exclusive"), uniqueKey(t, "shared")
-			_, release := hold(t, db, ex)
-			if try(ex) || try(ex, advisory.Shared()) {
-				t.Error("took a key held exclusively")
+			defer tx.Rollback()
+			ok, err := advisory.TryXactLock(ctx, tx, key, opts...)
+			if err != nil {
+				t.Fatal(err)
 			}
-			// The pair form is a separate key space: the same 64 bits as a
-			// pair are another lock.
-			v, _ := ex.Int64()
-			if !try(advisory.PairKey(int32(v>>32), int32(v))) {
-				t.Error("a pair key with the same bits as a held bigint key was refused")
-			}
-			release()
-			if !try(ex) {
-				t.Error("could not take a released key")
-			}
-			hold(t, db, sh, advisory.Shared())
-			if !try(sh, advisory.Shared()) {
-				t.Error("a second shared holder was refused")
-			}
-			if try(sh) {
-				t.Error("took exclusively a key held shared")
-			}
-			err := advisory.WithXactLock(ctx, db, sh, func(context.Context, *sql.Tx) error { return nil }, advisory.NoWait())
-			if !errors.Is(err, advisory.ErrNotAcquired) {
-				t.Errorf("NoWait on a held key: %v; want ErrNotAcquired", err)
-			}
-		})
-	}
+			return ok
+		}
+		ex, sh := uniqueKey(t, "exclusive"), uniqueKey(t, "shared")
+		_, release := hold(t, db, ex)
+		if try(ex) || try(ex, advisory.Shared()) {
+			t.Error("took a key held exclusively")
+		}
+		// The pair form is a separate key space: the same 64 bits as a
+		// pair are another lock.
+		v, _ := ex.Int64()
+		if !try(advisory.PairKey(int32(v>>32), int32(v))) {
+			t.Error("a pair key with the same bits as a held bigint key was refused")
+		}
+		release()
+		if !try(ex) {
+			t.Error("could not take a released key")
+		}
+		hold(t, db, sh, advisory.Shared())
+		if !try(sh, advisory.Shared()) {
+			t.Error("a second shared holder was refused")
+		}
+		if try(sh) {
+			t.Error("took exclusively a key held shared")
+		}
+		err := advisory.WithXactLock(ctx, db, sh, func(context.Context, *sql.Tx) error { return nil }, advisory.NoWait())
+		if !errors.Is(err, advisory.ErrNotAcquired) {
+			t.Errorf("NoWait on a held key: %v; want ErrNotAcquired", err)
+		}
+	})
 }
 
 // Crash release: a child process that holds the lock is SIGKILLed; the next
@@ -336,36 +326,31 @@ func TestIntegrationCrashRelease(t *testing.T) {
 // the server ends its session, the next worker gets the lock, and the
 // stalled holder's next statement fails.
 func TestIntegrationLeaseCutsOffStalledHolder(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			ctx := testCtx(t)
-			key := uniqueKey(t, "k")
-			acquired, next := make(chan struct{}), make(chan error, 1)
-			go func() {
-				<-acquired
-				next <- advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
-					advisory.WithTimeout(20*time.Second))
-			}()
-			holderErr := advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
-				close(acquired)
-				// Stall until the next worker has the lock: only the lease
-				// can have freed it.
-				if err := <-next; err != nil {
-					return fmt.Errorf("%w: %w", errNextWorker, err)
-				}
-				_, err := tx.ExecContext(ctx, "SELECT 1")
-				return err
-			}, advisory.WithLease(200*time.Millisecond))
-			if errors.Is(holderErr, errNextWorker) {
-				t.Fatal(holderErr)
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		key := uniqueKey(t, "k")
+		acquired, next := make(chan struct{}), make(chan error, 1)
+		go func() {
+			<-acquired
+			next <- advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
+				advisory.WithTimeout(20*time.Second))
+		}()
+		holderErr := advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
+			close(acquired)
+			// Stall until the next worker has the lock: only the lease
+			// can have freed it.
+			if err := <-next; err != nil {
+				return fmt.Errorf("%w: %w", errNextWorker, err)
 			}
-			if !errors.Is(holderErr, advisory.ErrLockLost) {
-				t.Fatalf("stalled holder: %v; want ErrLockLost after its lease ran out", holderErr)
-			}
-		})
-	}
+			_, err := tx.ExecContext(ctx, "SELECT 1")
+			return err
+		}, advisory.WithLease(200*time.Millisecond))
+		if errors.Is(holderErr, errNextWorker) {
+			t.Fatal(holderErr)
+		}
+		if !errors.Is(holderErr, advisory.ErrLockLost) {
+			t.Fatalf("stalled holder: %v; want ErrLockLost after its lease ran out", holderErr)
+		}
+	})
 }
 
 var errNextWorker = errors.New("next worker")
@@ -376,59 +361,54 @@ var writesOnce sync.Once
 // a larger token and writes; A's late write, in a fresh transaction, is
 // rejected by CheckToken.
 func TestIntegrationFencingRejectsLateWrite(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	for _, tg := range targets(c, true) {
-		t.Run(tg.name, func(t *testing.T) {
-			db := openDB(t, tg.dsn)
-			ctx := testCtx(t)
-			fencingSchema(t, db)
-			var werr error
-			writesOnce.Do(func() {
-				_, werr = db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS advisory_test_writes (resource text, writer text, token bigint)")
-			})
-			if werr != nil {
-				t.Fatal(werr)
-			}
-			key, resource := uniqueKey(t, "k"), t.Name()
-			write := func(ctx context.Context, tx *sql.Tx, who string, tok advisory.Token) error {
-				if err := advisory.CheckToken(ctx, tx, resource, tok); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, "INSERT INTO advisory_test_writes VALUES ($1, $2, $3)", resource, who, int64(tok))
+	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
+		fencingSchema(t, db)
+		var werr error
+		writesOnce.Do(func() {
+			_, werr = db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS advisory_test_writes (resource text, writer text, token bigint)")
+		})
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		key, resource := uniqueKey(t, "k"), t.Name()
+		write := func(ctx context.Context, tx *sql.Tx, who string, tok advisory.Token) error {
+			if err := advisory.CheckToken(ctx, tx, resource, tok); err != nil {
 				return err
 			}
-			var ta, tb advisory.Token
-			acquired, bDone := make(chan struct{}), make(chan error, 1)
-			go func() {
-				<-acquired
-				bDone <- advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
-					return write(ctx, tx, "B", tb)
-				}, advisory.WithTimeout(20*time.Second), advisory.WithFencing(&tb))
-			}()
-			_ = advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
-				close(acquired)
-				return <-bDone // "paused" past the lease while B works
-			}, advisory.WithFencing(&ta), advisory.WithLease(200*time.Millisecond))
-			if tb <= ta {
-				t.Fatalf("tokens A=%d B=%d; want B > A", ta, tb)
-			}
-			// A wakes up and writes on a fresh transaction.
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			err = write(ctx, tx, "A", ta)
-			var se *advisory.StaleTokenError
-			if !errors.As(err, &se) || se.Highest != tb || se.Token != ta {
-				t.Fatalf("late write: %v; want StaleTokenError %d < %d", err, ta, tb)
-			}
-			var writers string
-			if err := db.QueryRowContext(ctx, "SELECT string_agg(writer, ',') FROM advisory_test_writes WHERE resource = $1", resource).Scan(&writers); err != nil || writers != "B" {
-				t.Fatalf("writes = %q, %v; want only B", writers, err)
-			}
-		})
-	}
+			_, err := tx.ExecContext(ctx, "INSERT INTO advisory_test_writes VALUES ($1, $2, $3)", resource, who, int64(tok))
+			return err
+		}
+		var ta, tb advisory.Token
+		acquired, bDone := make(chan struct{}), make(chan error, 1)
+		go func() {
+			<-acquired
+			bDone <- advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
+				return write(ctx, tx, "B", tb)
+			}, advisory.WithTimeout(20*time.Second), advisory.WithFencing(&tb))
+		}()
+		_ = advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
+			close(acquired)
+			return <-bDone // "paused" past the lease while B works
+		}, advisory.WithFencing(&ta), advisory.WithLease(200*time.Millisecond))
+		if tb <= ta {
+			t.Fatalf("tokens A=%d B=%d; want B > A", ta, tb)
+		}
+		// A wakes up and writes on a fresh transaction.
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		err = write(ctx, tx, "A", ta)
+		var se *advisory.StaleTokenError
+		if !errors.As(err, &se) || se.Highest != tb || se.Token != ta {
+			t.Fatalf("late write: %v; want StaleTokenError %d < %d", err, ta, tb)
+		}
+		var writers string
+		if err := db.QueryRowContext(ctx, "SELECT string_agg(writer, ',') FROM advisory_test_writes WHERE resource = $1", resource).Scan(&writers); err != nil || writers != "B" {
+			t.Fatalf("writes = %q, %v; want only B", writers, err)
+		}
+	})
 }
 
 func TestIntegrationLocksListing(t *testing.T) {
