@@ -35,8 +35,9 @@ import (
 //     function) and is written as snippet_test.go; any other as snippet.go.
 //
 // Each block gets a directory of its own in one temporary module that
-// requires this module, replaced by the working tree (so the snippets build
-// against the checkout, not a release), with this module's go.sum. Then
+// requires this repository's modules, each replaced by its directory in the
+// working tree (so the snippets build against the checkout, not a release),
+// with the root module's go.sum. Then
 // "go build ./..." and "go vet ./..." (which also type-checks the _test.go
 // files) must pass. //line directives make every error point at README.md's
 // own line numbers.
@@ -73,9 +74,12 @@ func TestREADME(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(mod, "go.mod"), fmt.Sprintf(
-		"module example.com/readme\n\ngo %s\n\nrequire github.com/pgadvisory/pgadvisory v0.0.0\n\nreplace github.com/pgadvisory/pgadvisory => %s\n",
-		goDirective(t, goMod), root))
+	var gm strings.Builder
+	fmt.Fprintf(&gm, "module example.com/readme\n\ngo %s\n", goDirective(t, goMod))
+	for _, m := range repoModules(t, root) {
+		fmt.Fprintf(&gm, "\nrequire %s v0.0.0\n\nreplace %s => %s\n", m.path, m.path, m.dir)
+	}
+	writeFile(t, filepath.Join(mod, "go.mod"), gm.String())
 	writeFile(t, filepath.Join(mod, "go.sum"), string(goSum))
 
 	for i, b := range blocks {
@@ -221,6 +225,47 @@ func importsTesting(src string) bool {
 		}
 	}
 	return false
+}
+
+// repoModules returns every module of the repository (the root's and any
+// nested go.mod outside testdata, vendor and dot or underscore
+// directories), so that snippets importing a package that lives in a
+// nested module build against the working tree too.
+func repoModules(t *testing.T, root string) []struct{ path, dir string } {
+	t.Helper()
+	var mods []struct{ path, dir string }
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (n == "testdata" || n == "vendor" || strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Name() != "go.mod" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
+				mods = append(mods, struct{ path, dir string }{strings.Trim(strings.TrimSpace(v), `"`), filepath.Dir(p)})
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) == 0 {
+		t.Fatal("no go.mod with a module line under " + root)
+	}
+	return mods
 }
 
 // goDirective returns the version of go.mod's go directive.
