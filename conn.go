@@ -525,8 +525,6 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 	return c.guard(ctx)
 }
 
-const heldLocksQuery = "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_catalog.pg_backend_pid()"
-
 func (c *Conn) guard(ctx context.Context) error {
 	n, err := c.queryInt(ctx, heldLocksQuery)
 	if err != nil {

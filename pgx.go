@@ -1,0 +1,296 @@
+package pgadvisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// guard is what the connections of one configured pgx config share: the
+// settings, the scanner and its cache.
+type guard struct {
+	cfg          config
+	scanner      *lockscan.Scanner
+	scanAll      bool // behind pooling every text goes through the scanner's own pre-filter (dynamic SQL too)
+	explicitExec bool // the user chose the query exec mode
+	database     string
+	user         string
+}
+
+func newGuard(cfg config) *guard {
+	return &guard{
+		cfg:     cfg,
+		scanner: lockscan.NewScanner(cacheSizeArg(cfg.scanCacheSize)),
+		scanAll: cfg.dynamic != DynamicAllow && cfg.policy != PolicyAllow,
+	}
+}
+
+// mayIntercept is the hot-path filter: false means the text cannot hold
+// anything the policy acts on.
+func (g *guard) mayIntercept(pooled bool, text string) bool {
+	if pooled && g.scanAll {
+		return true // Scanner.Scan pre-filters calls and dynamic SQL without allocating
+	}
+	return lockscan.MayContainCall(text)
+}
+
+func (g *guard) warn(n notice, mode poolmode.Mode, query string) {
+	attrs := append(n.attrs, slog.String("pool_mode", mode.String()), slog.String("query", truncate(query, maxLoggedQuery)))
+	g.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn, n.msg, attrs...)
+}
+
+// ParseConfig is pgx.ParseConfig followed by ConfigureConn: the returned
+// config connects through the guard. pgadvisory_* parameters in connString
+// are taken out before pgx sees them; opts override them.
+func ParseConfig(connString string, opts ...Option) (*pgx.ConnConfig, error) {
+	if k := duplicateParam(connString); k != "" {
+		return nil, fmt.Errorf("pgadvisory: DSN parameter %s given more than once", k)
+	}
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgadvisory: %w", err) // pgconn's ParseConfigError redacts passwords
+	}
+	if err := ConfigureConn(cfg, opts...); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ParsePoolConfig is pgxpool.ParseConfig followed by ConfigurePool.
+func ParsePoolConfig(connString string, opts ...Option) (*pgxpool.Config, error) {
+	if k := duplicateParam(connString); k != "" {
+		return nil, fmt.Errorf("pgadvisory: DSN parameter %s given more than once", k)
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgadvisory: %w", err)
+	}
+	if err := ConfigurePool(cfg, opts...); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ConfigureConn installs the guard on cfg, a config created by
+// pgx.ParseConfig (or pgxpool's), for pgx.ConnectConfig, stdlib.OpenDB and
+// stdlib.GetConnector. It takes the pgadvisory_* parameters out of
+// cfg.RuntimeParams (opts override them) and chains the guard in front of
+// any AfterNetConnect and AfterConnect already set:
+//
+//   - AfterNetConnect wraps each new network connection (after TLS), so
+//     every statement of every pgx API passes the guard;
+//   - AfterConnect works out the pool mode of that physical connection
+//     (declared, or detected with one round trip).
+//
+// Behind transaction and statement pooling — and while the mode is not
+// known — session-level advisory lock calls get the policy (WithPolicy),
+// and named prepared statements are refused; unless the connection string
+// chose a query exec mode, the exec mode becomes WithSafeExecMode's
+// (cache_describe) when the mode is not declared direct or session.
+// Call it once per config.
+func ConfigureConn(cfg *pgx.ConnConfig, opts ...Option) error {
+	if cfg == nil {
+		return errors.New("pgadvisory: ConfigureConn: nil config")
+	}
+	if cfg.Host == "" && cfg.ConnString() == "" {
+		return errors.New("pgadvisory: ConfigureConn: config must be created by pgx.ParseConfig (or pgxpool.ParseConfig)")
+	}
+	if cfg.ChannelBinding == "require" {
+		// pgconn finds channel-binding data only on a *tls.Conn, which the
+		// guard's wrapper hides from it.
+		return errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
+	}
+	c := defaultConfig()
+	if err := c.takeParams(cfg.RuntimeParams); err != nil {
+		return err
+	}
+	for i, o := range opts {
+		if o == nil {
+			return fmt.Errorf("pgadvisory: option %d of %d is nil", i+1, len(opts))
+		}
+		if err := o(&c); err != nil {
+			return err
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if err := c.buildAdmin(cfg.Host, cfg.Port); err != nil {
+		return err
+	}
+	g := newGuard(c)
+	g.database, g.user = cfg.Database, cfg.User
+	g.explicitExec = explicitExecMode(cfg)
+	if err := g.chooseExecMode(cfg); err != nil {
+		return err
+	}
+	prevNet := cfg.AfterNetConnect
+	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		if prevNet != nil {
+			var err error
+			if conn, err = prevNet(ctx, pc, conn); err != nil {
+				return nil, err
+			}
+		}
+		return newGuardConn(g, conn), nil
+	}
+	prevAfter := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
+		if err := g.detect(ctx, pc); err != nil {
+			return err
+		}
+		if prevAfter != nil {
+			return prevAfter(ctx, pc)
+		}
+		return nil
+	}
+	return nil
+}
+
+// ConfigurePool installs the guard on a pgxpool config (ConfigureConn on
+// its ConnConfig) and the leak guard on its AfterRelease: a connection that
+// ran a session-level lock function comes back to the pool checked, and
+// still-held advisory locks are released or the connection destroyed
+// (WithLeakAction), directly and behind session pooling.
+func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
+	if cfg == nil || cfg.ConnConfig == nil {
+		return errors.New("pgadvisory: ConfigurePool: nil config (create it with pgxpool.ParseConfig)")
+	}
+	if err := ConfigureConn(cfg.ConnConfig, opts...); err != nil {
+		return err
+	}
+	prev := cfg.AfterRelease
+	cfg.AfterRelease = func(conn *pgx.Conn) bool {
+		if prev != nil && !prev(conn) {
+			return false
+		}
+		return releaseLeaks(conn)
+	}
+	return nil
+}
+
+// explicitExecMode reports whether the connection string chose
+// default_query_exec_mode (pgx consumes the key, so look at the string).
+func explicitExecMode(cfg *pgx.ConnConfig) bool {
+	s := cfg.ConnString()
+	if s == "" {
+		return cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement
+	}
+	raw, err := pgconn.ParseConfig(s)
+	if err != nil {
+		return cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement
+	}
+	_, ok := raw.RuntimeParams["default_query_exec_mode"]
+	return ok || cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement
+}
+
+// chooseExecMode picks a query exec mode that works behind the declared (or
+// not yet known) pool mode, and refuses an unsafe one the user chose for a
+// declared pooler.
+func (g *guard) chooseExecMode(cfg *pgx.ConnConfig) error {
+	if g.cfg.preparedOK || g.cfg.declared.SessionLocksSafe() {
+		return nil
+	}
+	if safeExecMode(cfg.DefaultQueryExecMode) {
+		return nil
+	}
+	if g.explicitExec {
+		if g.cfg.declared != poolmode.Unknown {
+			return (&UnsafeExecModeError{Mode: g.cfg.declared, ExecMode: cfg.DefaultQueryExecMode})
+		}
+		return nil // detection decides, per connection
+	}
+	m := g.cfg.safeExecMode
+	if m == pgx.QueryExecModeCacheDescribe && cfg.DescriptionCacheCapacity == 0 {
+		m = pgx.QueryExecModeExec
+	}
+	cfg.DefaultQueryExecMode = m
+	return nil
+}
+
+// detect works out the pool mode of a new physical connection.
+func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
+	gc, ok := pc.Conn().(*guardConn)
+	if !ok {
+		return fmt.Errorf("pgadvisory: the connection is %T, not the guard's: another AfterNetConnect replaced it", pc.Conn())
+	}
+	if g.cfg.declared != poolmode.Unknown {
+		return nil
+	}
+	m, ev, err := poolmode.Detect(ctx, pc, poolmode.DetectOptions{Admin: g.cfg.admin, Logger: g.cfg.logger, Database: g.database, User: g.user})
+	if err != nil {
+		return fmt.Errorf("pgadvisory: detect pool mode: %w", err)
+	}
+	gc.setMode(m, ev)
+	if !m.SessionLocksSafe() && g.explicitExec && !g.cfg.preparedOK {
+		// The unsafe exec mode would fail (or return another client's rows)
+		// on this connection; say so now.
+		return nil
+	}
+	return nil
+}
+
+// UnsafeExecModeError refuses a query exec mode the user chose that cannot
+// work behind the connection's pooler.
+type UnsafeExecModeError struct {
+	Mode     poolmode.Mode
+	ExecMode pgx.QueryExecMode
+}
+
+func (e *UnsafeExecModeError) Error() string {
+	return fmt.Sprintf("pgadvisory: default_query_exec_mode=%v behind %s leaves prepared statements on shared server backends (measured: errors 42P05/26000, or another client's rows); use cache_describe, exec or simple_protocol, or declare that the pooler handles prepared statements with pgadvisory_prepared_statements=true (PgBouncer >= 1.21 with max_prepared_statements)",
+		execModeName(e.ExecMode), poolingPhrase(e.Mode))
+}
+
+// Unwrap returns ErrUnsafeExecMode.
+func (e *UnsafeExecModeError) Unwrap() error { return ErrUnsafeExecMode }
+
+// guardOf returns the guard's connection under a pgx connection, or nil.
+func guardOf(conn *pgx.Conn) *guardConn {
+	if conn == nil || conn.PgConn() == nil {
+		return nil
+	}
+	gc, _ := conn.PgConn().Conn().(*guardConn)
+	return gc
+}
+
+// ConnPoolMode returns the pool mode the guard works under on conn's
+// physical connection and its evidence; ok is false when conn does not go
+// through the guard.
+func ConnPoolMode(conn *pgx.Conn) (m poolmode.Mode, ev poolmode.Evidence, ok bool) {
+	gc := guardOf(conn)
+	if gc == nil {
+		return poolmode.Unknown, poolmode.Evidence{}, false
+	}
+	m, ev, _ = gc.PoolMode()
+	return m, ev, true
+}
+
+// releaseLeaks is the pool's leak guard: it reports whether conn may go
+// back to the pool.
+func releaseLeaks(conn *pgx.Conn) bool {
+	gc := guardOf(conn)
+	if gc == nil || !gc.takeSessionLocked() {
+		return true
+	}
+	m, _, _ := gc.PoolMode()
+	if !m.SessionLocksSafe() {
+		return true // behind transaction pooling the backend is not ours to check
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leakCheckTimeout)
+	defer cancel()
+	le, keep := checkLeaks(ctx, conn.PgConn(), gc.g.cfg.leakAction)
+	if le != nil {
+		gc.g.report(ctx, m, le)
+	}
+	return keep
+}

@@ -1,0 +1,174 @@
+package pgadvisory
+
+import (
+	"log/slog"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// policyInput is everything the policy looks at besides the scan: the pool
+// mode of the physical connection, whether the statement runs inside an
+// explicit transaction, and the connection's settings.
+type policyInput struct {
+	mode    poolmode.Mode
+	inTx    bool
+	policy  Policy
+	dynamic DynamicPolicy
+	// tookKey reports whether this transaction took the lock an unlock call
+	// names (through a rewrite). Nil means "no key is known": every unlock
+	// under rewrite then returns false.
+	tookKey func(call lockscan.Call) bool
+}
+
+// decision is what the policy decided for one statement text. The guard on
+// the wire and the database/sql wrapper both apply it; deciding does no I/O.
+type decision struct {
+	err         error    // refuse the statement with this error
+	edits       []edit   // rewrite the text (textual order)
+	warnings    []notice // log these, then send
+	sessionLock bool     // a session-level lock may run (leak guard)
+	rewrote     []lockscan.Call
+}
+
+// notice is one warning the policy asks to be logged.
+type notice struct {
+	msg   string
+	attrs []slog.Attr
+}
+
+// decide applies the pool-mode policy to the scan of query. scanErr is the
+// scanner's error for a text the pre-filter flagged.
+func decide(query string, res lockscan.Result, scanErr error, in policyInput) decision {
+	var d decision
+	pooled := !in.mode.SessionLocksSafe()
+	if scanErr != nil {
+		// The pre-filter passed, so the text may hold a lock call, and the
+		// scanner could not read it: a syntax error (the server would
+		// reject it too), or a statement nested too deep to parse safely,
+		// which PostgreSQL may well run. Fail closed where a hidden session
+		// lock would leak; elsewhere send it, arming the leak guard.
+		d.sessionLock = true
+		if !pooled {
+			return d
+		}
+		switch in.policy {
+		case PolicyAllow:
+		case PolicyWarn:
+			d.warnings = append(d.warnings, notice{"pgadvisory: statement the lock scanner cannot read sent behind " + in.mode.String() + " pooling (policy warn)",
+				[]slog.Attr{slog.String("error", scanErr.Error())}})
+		default:
+			d.err = &UnscannableError{Query: query, Mode: in.mode, Err: scanErr}
+		}
+		return d
+	}
+	if len(res.Calls) == 0 && len(res.Dynamic) == 0 {
+		return d
+	}
+	d.sessionLock = res.HasSessionLock() || len(res.Dynamic) > 0
+	if !pooled || in.policy == PolicyAllow {
+		return d
+	}
+	for _, dy := range res.Dynamic {
+		switch in.dynamic {
+		case DynamicReject:
+			d.err = &DynamicSQLError{Kind: dy.Kind, Query: query, Position: dy.Start + 1, Mode: in.mode}
+			return d
+		case DynamicWarn:
+			d.warnings = append(d.warnings, notice{"pgadvisory: statement holds dynamic SQL that may take an advisory lock the scanner cannot see; sent as is",
+				[]slog.Attr{slog.String("kind", dy.Kind), slog.Int("position", dy.Start+1)}})
+		}
+	}
+	refuse := func(call lockscan.Call) decision {
+		return decision{err: &SessionLockError{Func: call.Func, Query: query, Position: call.Start + 1, Mode: in.mode, Policy: in.policy, InTx: in.inTx, Twin: call.XactTwin()}}
+	}
+	for _, call := range res.Calls {
+		if call.Scope == lockscan.ScopeXact {
+			if in.mode != poolmode.Statement {
+				continue
+			}
+			if in.policy == PolicyWarn {
+				d.warnings = append(d.warnings, notice{"pgadvisory: transaction-level advisory lock behind statement pooling is released when its statement ends; sent as is (policy warn)",
+					[]slog.Attr{slog.String("func", call.Func), slog.Int("position", call.Start+1)}})
+				continue
+			}
+			return decision{err: &StatementPoolingError{What: call.Func, Query: query, Position: call.Start + 1}}
+		}
+		switch in.policy {
+		case PolicyWarn:
+			d.warnings = append(d.warnings, notice{"pgadvisory: session-level advisory lock function sent behind " + in.mode.String() + " pooling (policy warn): it may leak to another client",
+				[]slog.Attr{slog.String("func", call.Func), slog.Int("position", call.Start+1)}})
+			continue
+		case PolicyRewrite:
+			if !in.inTx || in.mode == poolmode.Statement {
+				return refuse(call)
+			}
+			e, ok := rewriteEdits(query, call, in.tookKey)
+			if !ok {
+				return refuse(call)
+			}
+			d.edits = append(d.edits, e...)
+			if call.Op == lockscan.OpLock || call.Op == lockscan.OpTryLock {
+				d.rewrote = append(d.rewrote, call)
+			}
+		default: // PolicyReject
+			return refuse(call)
+		}
+	}
+	// A rewritten statement takes transaction-level locks only.
+	d.sessionLock = d.sessionLock && len(d.edits) == 0
+	return d
+}
+
+// rewriteEdits turns one session-level call into its transaction-level
+// equivalent inside a transaction:
+//   - lock and try-lock become their xact twins;
+//   - an unlock of a key this transaction took (through a rewrite) becomes
+//     the xact try-lock of the same key, which returns true (the lock is
+//     held until COMMIT/ROLLBACK, as a rewritten lock must be);
+//   - an unlock of any other key returns false, as PostgreSQL's does for a
+//     key the session does not hold — without taking or releasing anything;
+//   - pg_advisory_unlock_all() does nothing (the transaction's locks end at
+//     COMMIT/ROLLBACK).
+func rewriteEdits(query string, call lockscan.Call, tookKey func(lockscan.Call) bool) ([]edit, bool) {
+	switch call.Op {
+	case lockscan.OpLock, lockscan.OpTryLock:
+		twin := call.XactTwin()
+		if twin == "" {
+			return nil, false
+		}
+		return []edit{{start: call.Start, end: call.End, text: twin}}, true
+	case lockscan.OpUnlock:
+		if tookKey != nil && tookKey(call) {
+			twin := "pg_try_advisory_xact_lock"
+			if call.Shared {
+				twin = "pg_try_advisory_xact_lock_shared"
+			}
+			return []edit{{start: call.Start, end: call.End, text: twin}}, true
+		}
+		// (pg_catalog.num_nulls((a)::int8) < 0) is false for every
+		// argument, evaluates it once, and locks nothing; the casts keep
+		// the parameter types the server infers for the real function
+		// (bigint, or int4 pair).
+		start, ok := qualifiedStart(query, call.Start)
+		if !ok {
+			return nil, false
+		}
+		open, closing, commas, ok := callArgList(query, call.End)
+		if !ok || len(commas) > 1 {
+			return nil, false
+		}
+		cast := ")::pg_catalog.int8"
+		if len(commas) == 1 {
+			cast = ")::pg_catalog.int4"
+		}
+		edits := []edit{{start: start, end: call.End, text: "(pg_catalog.num_nulls"}, {start: open + 1, end: open + 1, text: "("}}
+		for _, comma := range commas {
+			edits = append(edits, edit{start: comma, end: comma + 1, text: cast + ", ("})
+		}
+		return append(edits, edit{start: closing, end: closing, text: cast}, edit{start: closing + 1, end: closing + 1, text: " < 0)"}), true
+	case lockscan.OpUnlockAll:
+		return unlockAllEdit(query, call)
+	}
+	return nil, false
+}

@@ -1,0 +1,204 @@
+package pgadvisory
+
+import (
+	"strings"
+)
+
+// Small readers of SQL text around a call the scanner found. They accept
+// only what they can read for certain and report false otherwise, so that
+// the caller fails closed.
+
+// callArgs returns the byte offsets of the parentheses of the argument list
+// that follows a function name ending at nameEnd. Quoted identifiers,
+// string literals (standard, E” and dollar-quoted) and comments are
+// skipped; anything it cannot follow yields ok=false.
+func callArgs(query string, nameEnd int) (open, closing int, ok bool) {
+	open, closing, _, ok = callArgList(query, nameEnd)
+	return open, closing, ok
+}
+
+// callArgList is callArgs that also returns the offsets of the commas that
+// separate the arguments.
+func callArgList(query string, nameEnd int) (open, closing int, commas []int, ok bool) {
+	i := skipBlanks(query, nameEnd)
+	if i >= len(query) || query[i] != '(' {
+		return 0, 0, nil, false
+	}
+	open = i
+	depth := 0
+	for i < len(query) {
+		switch c := query[i]; {
+		case c == '(':
+			depth++
+			i++
+		case c == ')':
+			depth--
+			if depth == 0 {
+				return open, i, commas, true
+			}
+			i++
+		case c == ',' && depth == 1:
+			commas = append(commas, i)
+			i++
+		case c == '\'':
+			escapes := i > 0 && (query[i-1] == 'E' || query[i-1] == 'e')
+			j, ok := skipString(query, i, escapes)
+			if !ok {
+				return 0, 0, nil, false
+			}
+			i = j
+		case c == '"':
+			j := strings.IndexByte(query[i+1:], '"')
+			if j < 0 {
+				return 0, 0, nil, false
+			}
+			i += j + 2
+		case c == '-' && i+1 < len(query) && query[i+1] == '-':
+			j := strings.IndexByte(query[i:], '\n')
+			if j < 0 {
+				return 0, 0, nil, false
+			}
+			i += j + 1
+		case c == '/' && i+1 < len(query) && query[i+1] == '*':
+			return 0, 0, nil, false // nested comments: leave to the caller's refusal
+		case c == '$':
+			j, ok := skipDollar(query, i)
+			if !ok {
+				return 0, 0, nil, false
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return 0, 0, nil, false
+}
+
+// skipString returns the offset after the string literal opening at i.
+func skipString(s string, i int, escapes bool) (int, bool) {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			if escapes {
+				j++
+			}
+		case '\'':
+			if j+1 < len(s) && s[j+1] == '\'' {
+				j++
+				continue
+			}
+			return j + 1, true
+		}
+	}
+	return 0, false
+}
+
+// skipDollar skips a dollar-quoted string, or a $n parameter, at i.
+func skipDollar(s string, i int) (int, bool) {
+	j := i + 1
+	if j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		return j, true
+	}
+	for j < len(s) && (isIdentByte(s[j])) {
+		j++
+	}
+	if j >= len(s) || s[j] != '$' {
+		return 0, false
+	}
+	tag := s[i : j+1]
+	k := strings.Index(s[j+1:], tag)
+	if k < 0 {
+		return 0, false
+	}
+	return j + 1 + k + len(tag), true
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
+
+// qualifiedStart returns where the possibly schema-qualified name whose
+// last part starts at start begins: "pg_catalog.name" and
+// "\"pg_catalog\".name" are followed back; a qualifier written with
+// comments between its parts is not.
+func qualifiedStart(query string, start int) (int, bool) {
+	i := start
+	for {
+		j := i - 1
+		for j >= 0 && (query[j] == ' ' || query[j] == '\t' || query[j] == '\n' || query[j] == '\r') {
+			j--
+		}
+		if j < 0 || query[j] != '.' {
+			return i, true
+		}
+		j--
+		for j >= 0 && (query[j] == ' ' || query[j] == '\t' || query[j] == '\n' || query[j] == '\r') {
+			j--
+		}
+		if j < 0 {
+			return 0, false
+		}
+		switch {
+		case query[j] == '"':
+			k := strings.LastIndexByte(query[:j], '"')
+			if k < 0 {
+				return 0, false
+			}
+			i = k
+		case isIdentByte(query[j]):
+			k := j
+			for k > 0 && isIdentByte(query[k-1]) {
+				k--
+			}
+			i = k
+		default:
+			return 0, false
+		}
+	}
+}
+
+// txEffect is what a statement does to the transaction status, read from
+// its first words: BEGIN/START TRANSACTION open one, COMMIT/END/ROLLBACK/
+// ABORT (without TO SAVEPOINT or AND CHAIN) close it.
+type txEffect int
+
+const (
+	txNoEffect txEffect = iota
+	txOpens
+	txCloses
+)
+
+func transactionEffect(sql string) txEffect {
+	w, rest := firstWord(sql)
+	switch strings.ToLower(w) {
+	case "begin":
+		return txOpens
+	case "start":
+		if w2, _ := firstWord(rest); strings.EqualFold(w2, "transaction") {
+			return txOpens
+		}
+	case "commit", "end", "rollback", "abort":
+		l := strings.ToLower(rest)
+		if strings.Contains(l, "chain") && !strings.Contains(l, "no chain") || strings.HasPrefix(strings.TrimLeft(l, " \t\r\n"), "to") {
+			return txNoEffect
+		}
+		if strings.Contains(l, "prepared") {
+			return txNoEffect
+		}
+		return txCloses
+	}
+	return txNoEffect
+}
+
+// firstWord returns the first run of letters after blanks and the rest.
+func firstWord(s string) (string, string) {
+	i := skipBlanks(s, 0)
+	j := i
+	for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z') {
+		j++
+	}
+	return s[i:j], s[j:]
+}

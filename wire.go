@@ -1,0 +1,683 @@
+package pgadvisory
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// The guard on the wire. pgconn hands every new network connection to
+// Config.AfterNetConnect after TLS and before the startup message; the
+// guard wraps it, so every message of every pgx API passes through one
+// place, in plaintext:
+//
+//	frontend (Write): Query and Parse texts go through the lock scanner's
+//	                  pre-filter; candidates get the pool-mode policy.
+//	                  A refused message is replaced by a text the server
+//	                  rejects at parse time, so the server itself gives the
+//	                  refused unit the semantics of a failed statement (an
+//	                  implicit transaction rolls back, an explicit one is
+//	                  left aborted). A rewritten message is re-encoded.
+//	backend (Read):   ReadyForQuery gives the transaction status,
+//	                  ParameterStatus the session's settings; the
+//	                  ErrorResponse the server sends for a substituted text
+//	                  is replaced by pgadvisory's own.
+//
+// Bytes pass through untouched, in the caller's buffers, unless a message is
+// acted on.
+
+// maxMessageLen bounds the length field of a protocol message in either
+// direction (PostgreSQL's own limit for a frontend message is 1 GiB).
+const maxMessageLen = 1 << 30
+
+// maxHeldBackendMessage bounds the backend messages the guard must read
+// whole before passing them on (ErrorResponse, ParameterStatus, ...).
+const maxHeldBackendMessage = 1 << 20
+
+// refusalMarker starts the text substituted for a refused message. The
+// server answers it with a syntax error naming the marker.
+const refusalMarker = "pgadvisory_refused_"
+
+// refusal is a substituted message whose ErrorResponse is still owed.
+type refusal struct {
+	marker string
+	err    error
+	code   string
+	pos    int
+	unit   uint64 // ReadyForQuery number that ends the unit
+}
+
+// ProtocolError reports a PostgreSQL protocol message the guard could not
+// frame (a length field out of range, a truncated message). The connection
+// is unusable afterwards; pgx closes it.
+type ProtocolError struct {
+	// Direction is "frontend" or "backend".
+	Direction string
+	// Type is the message type byte (0 for the startup message).
+	Type byte
+	// Msg says what was wrong.
+	Msg string
+}
+
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("pgadvisory: malformed %s protocol message %q: %s", e.Direction, e.Type, e.Msg)
+}
+
+// guardConn is the net.Conn pgx reads and writes. It is safe for one
+// reader and one writer at a time, concurrently (CopyFrom writes while
+// pgx's background reader reads); deadlines, Close and addresses go to the
+// wrapped connection.
+type guardConn struct {
+	net.Conn
+	g *guard
+
+	// Write side (held while writing).
+	wmu     sync.Mutex
+	started bool   // the startup message has gone
+	wpart   []byte // the beginning of a frontend message cut by Write
+	wskip   int    // bytes of a passed-through frontend message still to come
+	unit    unitState
+
+	// Shared by both sides.
+	mu            sync.Mutex
+	mode          poolmode.Mode
+	evidence      poolmode.Evidence
+	modeKnown     bool
+	txStatus      byte   // from the last ReadyForQuery
+	predicted     byte   // the status once everything written has run
+	sent, recv    uint64 // Query/Sync messages written, ReadyForQuery read
+	refusals      []refusal
+	seq           uint64
+	taken         map[string]int // argument keys of locks rewritten in this transaction
+	sessionLocked bool           // a session-level lock may be held (leak guard)
+	settings      map[string]string
+
+	// Read side (held while reading).
+	rmu     sync.Mutex
+	rskip   int    // body bytes of a passed-through backend message still to come
+	pending []byte // received, not yet examined (own buffer)
+	ready   []byte // examined, to hand to the reader
+	rerr    error  // error to return once ready and pending are drained
+}
+
+// unitState is what the write side knows of the extended-protocol unit in
+// progress (messages up to Sync).
+type unitState struct {
+	open          bool // extended-protocol messages were written since the last Sync
+	parsedUnnamed bool // a Parse of the unnamed statement was seen since Sync
+}
+
+func newGuardConn(g *guard, c net.Conn) *guardConn {
+	gc := &guardConn{Conn: c, g: g, txStatus: 'I', predicted: 'I'}
+	if g.cfg.declared != poolmode.Unknown {
+		gc.mode, gc.evidence, gc.modeKnown = g.cfg.declared, poolmode.Evidence{Source: poolmode.SourceDeclared}, true
+	} else {
+		// Until detection has run on this connection, assume the mode in
+		// which session locks are unsafe.
+		gc.mode = poolmode.Transaction
+	}
+	return gc
+}
+
+// setMode records the pool mode detection found for this connection.
+func (c *guardConn) setMode(m poolmode.Mode, ev poolmode.Evidence) {
+	c.mu.Lock()
+	c.mode, c.evidence, c.modeKnown = m, ev, true
+	c.mu.Unlock()
+}
+
+// PoolMode returns the pool mode of this physical connection.
+func (c *guardConn) PoolMode() (poolmode.Mode, poolmode.Evidence, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mode, c.evidence, c.modeKnown
+}
+
+// takeSessionLocked reports and clears the leak-guard flag.
+func (c *guardConn) takeSessionLocked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sessionLocked
+	c.sessionLocked = false
+	return s
+}
+
+// Write frames the frontend messages in b, applies the policy to Query and
+// Parse texts, and writes b (or its edited form) to the server. It reports
+// len(b) when everything was handed on.
+func (c *guardConn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	data := b
+	if len(c.wpart) > 0 {
+		data = append(c.wpart, b...)
+		c.wpart = nil
+	}
+	out, err := c.frontend(data)
+	if err != nil {
+		return 0, err
+	}
+	if out == nil {
+		if _, err := c.Conn.Write(data); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
+	if _, err := out.WriteTo(c.Conn); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// frontend examines data. It returns nil when data goes out as is, or the
+// buffers to write instead. A message cut at the end of data that the
+// guard must see whole is kept in c.wpart and left out of the result.
+func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
+	if !c.started {
+		// StartupMessage: length, then protocol version and parameters.
+		if len(data) < 8 {
+			c.wpart = append([]byte(nil), data...)
+			return net.Buffers{}, nil
+		}
+		n := int(binary.BigEndian.Uint32(data))
+		if n < 8 || n > maxMessageLen {
+			return nil, &ProtocolError{Direction: "frontend", Msg: "startup message length " + strconv.Itoa(n)}
+		}
+		c.started = true
+		if n > len(data) {
+			c.wskip = n - len(data)
+			return nil, nil
+		}
+		rest, err := c.frontend(data[n:])
+		if err != nil || rest == nil {
+			return rest, err
+		}
+		return append(net.Buffers{data[:n]}, rest...), nil
+	}
+	var (
+		out     net.Buffers
+		segFrom int
+	)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := 0
+	for i < len(data) {
+		if c.wskip > 0 {
+			n := min(c.wskip, len(data)-i)
+			c.wskip -= n
+			i += n
+			continue
+		}
+		if len(data)-i < 5 {
+			c.wpart = append([]byte(nil), data[i:]...)
+			return append(out, data[segFrom:i]), nil
+		}
+		t := data[i]
+		n := int(binary.BigEndian.Uint32(data[i+1:]))
+		if n < 4 || n > maxMessageLen {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "length " + strconv.Itoa(n)}
+		}
+		end := i + 1 + n
+		if end > len(data) {
+			if t == 'Q' || t == 'P' || t == 'B' {
+				c.wpart = append([]byte(nil), data[i:]...)
+				return append(out, data[segFrom:i]), nil
+			}
+			c.wskip = end - len(data)
+			break
+		}
+		repl, err := c.message(t, data[i:end], data[end:])
+		if err != nil {
+			return nil, err
+		}
+		if repl != nil {
+			out = append(out, data[segFrom:i], repl)
+			segFrom = end
+		}
+		i = end
+	}
+	if out == nil {
+		return nil, nil
+	}
+	return append(out, data[segFrom:]), nil
+}
+
+// message examines one whole frontend message. It returns the bytes to send
+// instead, or nil to send msg as is. after holds the messages written with
+// it (a Parse's Bind is read from there).
+func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
+	switch t {
+	case 'Q':
+		c.sent++
+		text, ok := cstring(msg[5:])
+		if !ok {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
+		}
+		return c.statement(t, text, nil, nil), nil
+	case 'P':
+		c.unit.open = true
+		body := msg[5:]
+		name, ok := cstring(body)
+		if !ok {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "statement name not terminated"}
+		}
+		text, ok := cstring(body[len(name)+1:])
+		if !ok {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
+		}
+		if name == "" {
+			c.unit.parsedUnnamed = true
+		} else if c.pooled() && !c.g.cfg.preparedOK {
+			return c.refuse(t, c.unsafeStatement(name, text)), nil
+		}
+		var bind *bindMsg
+		if len(after) > 0 && after[0] == 'B' {
+			bind = parseBind(after)
+		}
+		return c.statement(t, text, body[len(name)+1+len(text)+1:], bind), nil
+	case 'B':
+		c.unit.open = true
+		body := msg[5:]
+		portal, ok := cstring(body)
+		if !ok {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "portal name not terminated"}
+		}
+		stmt, ok := cstring(body[len(portal)+1:])
+		if !ok {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "statement name not terminated"}
+		}
+		if c.pooled() && !c.g.cfg.preparedOK {
+			if stmt != "" {
+				return c.refuse(t, c.unsafeStatement(stmt, "")), nil
+			}
+			if !c.unit.parsedUnnamed && c.predicted == 'I' {
+				// The unnamed statement was parsed in an earlier unit: behind
+				// a transaction pooler it may be another client's by now.
+				return c.refuse(t, c.unsafeStatement("", "")), nil
+			}
+		}
+	case 'E', 'D', 'C', 'H':
+		c.unit.open = true
+	case 'S':
+		c.sent++
+		c.unit = unitState{}
+	}
+	return nil, nil
+}
+
+// statement applies the policy to one Query or Parse text and returns the
+// bytes to send instead of the message, or nil. For a Parse, paramTypes is
+// the rest of its body (the parameter type list) and bind the Bind written
+// right after it, if any.
+func (c *guardConn) statement(t byte, text string, paramTypes []byte, bind *bindMsg) []byte {
+	switch transactionEffect(text) {
+	case txOpens:
+		defer func() { c.predicted = 'T' }()
+	case txCloses:
+		defer func() { c.predicted = 'I'; c.taken = nil }()
+	}
+	pooled := c.pooled()
+	if !c.g.mayIntercept(pooled, text) {
+		return nil
+	}
+	r, err := c.g.scanner.Scan(text)
+	in := policyInput{mode: c.mode, inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
+		tookKey: func(call lockscan.Call) bool {
+			k, ok := argKey(text, call, bind)
+			return ok && c.taken[k] > 0
+		}}
+	d := decide(text, r, err, in)
+	for _, w := range d.warnings {
+		c.g.warn(w, c.mode, text)
+	}
+	if d.err != nil {
+		return c.refuse(t, d.err)
+	}
+	if d.sessionLock {
+		c.sessionLocked = true
+	}
+	if len(d.edits) == 0 {
+		return nil
+	}
+	for _, call := range d.rewrote {
+		k, ok := argKey(text, call, bind)
+		if !ok {
+			continue // its unlock will return false, as for a key never taken
+		}
+		if c.taken == nil {
+			c.taken = make(map[string]int)
+		}
+		c.taken[k]++
+	}
+	edited := applyEdits(text, d.edits)
+	if t == 'Q' {
+		return encodeMessage('Q', []byte(edited), []byte{0})
+	}
+	return encodeMessage('P', []byte{0}, []byte(edited), []byte{0}, paramTypes)
+}
+
+// pooled reports whether session locks are unsafe on this connection
+// (transaction or statement pooling, or a mode not known yet). c.mu held.
+func (c *guardConn) pooled() bool { return !c.mode.SessionLocksSafe() }
+
+// unsafeStatement is the error for a named prepared statement (or an
+// unnamed one from an earlier unit) behind transaction or statement pooling.
+func (c *guardConn) unsafeStatement(name, text string) error {
+	return &UnsafeStatementError{Name: name, Query: text, Mode: c.mode}
+}
+
+// refuse records err and returns the message to send in place of the
+// refused one: a text the server rejects at parse time, before anything in
+// it (or after it, up to the next Sync) runs. c.mu held.
+func (c *guardConn) refuse(t byte, err error) []byte {
+	c.seq++
+	marker := refusalMarker + strconv.FormatUint(c.seq, 10)
+	unit := c.sent
+	if t != 'Q' {
+		unit = c.sent + 1 // ends at the next Sync
+	}
+	pos := 0
+	var pe interface{ position() int }
+	if errors.As(err, &pe) {
+		pos = pe.position()
+	}
+	c.refusals = append(c.refusals, refusal{marker: marker, err: err, code: sqlStateOf(err), pos: pos, unit: unit})
+	if t == 'Q' {
+		return encodeMessage('Q', []byte(marker), []byte{0})
+	}
+	return encodeMessage('P', []byte{0}, []byte(marker), []byte{0, 0, 0})
+}
+
+// encodeMessage builds one protocol message of type t from the parts of
+// its body.
+func encodeMessage(t byte, parts ...[]byte) []byte {
+	n := 4
+	for _, p := range parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, 1+n)
+	b = append(b, t)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// cstring returns the NUL-terminated string at the start of b.
+func cstring(b []byte) (string, bool) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return "", false
+	}
+	return string(b[:i]), true
+}
+
+// bindMsg is the part of a Bind message the rewrite needs: the parameter
+// values, to tell which key an unlock names.
+type bindMsg struct {
+	formats []int16
+	values  [][]byte // nil for SQL NULL
+}
+
+// parseBind decodes the Bind message at the start of b, or returns nil.
+func parseBind(b []byte) *bindMsg {
+	if len(b) < 5 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint32(b[1:]))
+	if n < 4 || 1+n > len(b) {
+		return nil
+	}
+	var m pgproto3.Bind
+	if m.Decode(b[5:1+n]) != nil {
+		return nil
+	}
+	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters}
+}
+
+// argKey returns a canonical form of the arguments of call: the argument
+// text with blanks removed, each $n replaced by the value bound to it
+// (binary int4/int8 as decimal, text as is). ok is false when the argument
+// list cannot be read.
+func argKey(text string, call lockscan.Call, bind *bindMsg) (string, bool) {
+	open, closing, ok := callArgs(text, call.End)
+	if !ok {
+		return "", false
+	}
+	args := text[open+1 : closing]
+	var b strings.Builder
+	if call.Shared {
+		b.WriteString("shared")
+	}
+	b.WriteByte('(')
+	for i := 0; i < len(args); i++ {
+		ch := args[i]
+		switch {
+		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
+		case ch == '$' && i+1 < len(args) && args[i+1] >= '0' && args[i+1] <= '9':
+			j := i + 1
+			for j < len(args) && args[j] >= '0' && args[j] <= '9' {
+				j++
+			}
+			n, _ := strconv.Atoi(args[i+1 : j])
+			v, ok := bind.param(n)
+			if !ok {
+				return "", false
+			}
+			b.WriteString(v)
+			i = j - 1
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	b.WriteByte(')')
+	return b.String(), true
+}
+
+// param returns parameter n (1-based) as text.
+func (m *bindMsg) param(n int) (string, bool) {
+	if m == nil || n < 1 || n > len(m.values) {
+		return "", false
+	}
+	v := m.values[n-1]
+	if v == nil {
+		return "NULL", true
+	}
+	f := int16(0)
+	switch {
+	case len(m.formats) == 1:
+		f = m.formats[0]
+	case len(m.formats) >= n:
+		f = m.formats[n-1]
+	}
+	if f == 0 {
+		return string(v), true
+	}
+	switch len(v) {
+	case 4:
+		return strconv.FormatInt(int64(int32(binary.BigEndian.Uint32(v))), 10), true
+	case 8:
+		return strconv.FormatInt(int64(binary.BigEndian.Uint64(v)), 10), true
+	}
+	return "", false
+}
+
+// Read hands the reader the backend's bytes, watching ReadyForQuery,
+// ParameterStatus and ErrorResponse on the way. Messages the guard does not
+// inspect go through in the reader's own buffer; the few it inspects are
+// held until whole (they are short), and an ErrorResponse for a
+// substituted text is replaced.
+func (c *guardConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		if len(c.ready) > 0 {
+			n := copy(p, c.ready)
+			c.ready = c.ready[n:]
+			return n, nil
+		}
+		if c.rerr != nil && len(c.pending) == 0 {
+			return 0, c.rerr
+		}
+		if len(c.pending) > 0 {
+			if err := c.drainPending(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		n, err := c.Conn.Read(p)
+		d, perr := c.backend(p[:n], true)
+		if perr != nil {
+			return 0, perr
+		}
+		if err != nil {
+			if d > 0 || len(c.ready) > 0 || len(c.pending) > 0 {
+				c.rerr = err
+				if d > 0 {
+					return d, nil
+				}
+				continue
+			}
+			return d, err
+		}
+		if d > 0 {
+			return d, nil
+		}
+	}
+}
+
+// drainPending examines held bytes, reading more from the network while
+// the message at their head is incomplete.
+func (c *guardConn) drainPending() error {
+	buf := c.pending
+	c.pending = nil
+	d, err := c.backend(buf, false)
+	if err != nil {
+		return err
+	}
+	if d > 0 {
+		r := make([]byte, 0, d+len(c.ready))
+		r = append(r, buf[:d]...)
+		c.ready = append(r, c.ready...)
+		return nil
+	}
+	if len(c.ready) > 0 {
+		return nil
+	}
+	// The head message is still incomplete: read more behind it.
+	if c.rerr != nil {
+		err := c.rerr
+		c.pending = nil
+		return &ProtocolError{Direction: "backend", Type: buf[0], Msg: "connection ended inside a message: " + err.Error()}
+	}
+	more := make([]byte, 8192)
+	n, rerr := c.Conn.Read(more)
+	c.pending = append(c.pending, more[:n]...)
+	if rerr != nil {
+		c.rerr = rerr
+	}
+	return nil
+}
+
+// backend examines b. It returns how many leading bytes of b go to the
+// reader as they are. Bytes after that are copied into c.pending (to be
+// examined again) or, for a replaced message, its replacement goes to
+// c.ready and the rest to c.pending. inPlace says b is the reader's own
+// buffer (so the part returned is delivered from there).
+func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
+	i := 0
+	for i < len(b) {
+		if c.rskip > 0 {
+			n := min(c.rskip, len(b)-i)
+			c.rskip -= n
+			i += n
+			continue
+		}
+		t := b[i]
+		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K'
+		if len(b)-i < 5 {
+			c.pending = append(c.pending, b[i:]...)
+			return i, nil
+		}
+		n := int(binary.BigEndian.Uint32(b[i+1:]))
+		if n < 4 || n > maxMessageLen || held && n > maxHeldBackendMessage {
+			return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
+		}
+		end := i + 1 + n
+		if !held {
+			if end > len(b) {
+				c.rskip = end - len(b)
+				return len(b), nil
+			}
+			i = end
+			continue
+		}
+		if end > len(b) {
+			c.pending = append(c.pending, b[i:]...)
+			return i, nil
+		}
+		if repl := c.observe(t, b[i+5:end]); repl != nil {
+			c.ready = append(c.ready, repl...)
+			c.pending = append(c.pending, b[end:]...)
+			return i, nil
+		}
+		i = end
+	}
+	return i, nil
+}
+
+// observe looks at one whole held backend message and returns its
+// replacement, or nil to pass it on.
+func (c *guardConn) observe(t byte, body []byte) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch t {
+	case 'Z':
+		if len(body) == 1 {
+			c.recv++
+			c.txStatus = body[0]
+			if c.recv >= c.sent && !c.unit.open {
+				c.predicted = body[0]
+			}
+			if body[0] == 'I' {
+				c.taken = nil
+			}
+			for len(c.refusals) > 0 && c.refusals[0].unit <= c.recv {
+				c.refusals = c.refusals[1:]
+			}
+		}
+	case 'S':
+		k, ok := cstring(body)
+		if ok {
+			if v, ok := cstring(body[len(k)+1:]); ok {
+				if c.settings == nil {
+					c.settings = make(map[string]string)
+				}
+				c.settings[k] = v
+			}
+		}
+	case 'E':
+		if len(c.refusals) == 0 {
+			return nil
+		}
+		for idx, r := range c.refusals {
+			if !bytes.Contains(body, []byte(r.marker)) {
+				continue
+			}
+			c.refusals = append(c.refusals[:idx:idx], c.refusals[idx+1:]...)
+			return encodeRefusal(r)
+		}
+	}
+	return nil
+}
