@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
+	"unicode/utf8"
 )
 
 // badArgs reports a nil context or a nil handle — including a typed nil such
@@ -29,4 +31,21 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// maxEcho is how many bytes of a caller's string an error message repeats.
+const maxEcho = 64
+
+// capInput shortens s for an error message: at most maxEcho bytes (cut at
+// a rune boundary), then the total length, so that a huge or hostile value
+// does not end up whole in logs.
+func capInput(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }

@@ -25,10 +25,14 @@
 //		}, advisory.WithTimeout(2*time.Second))
 //	switch {
 //	case errors.Is(err, advisory.ErrLockTimeout): // someone else is on it
+//	case errors.Is(err, advisory.ErrConnTimeout): // no connection in time: the pool is exhausted
 //	case err != nil: // ...
 //	}
 //
-// Inside a transaction you already have, use XactLock or TryXactLock.
+// Inside a transaction you already have, use XactLock or TryXactLock. For
+// pgx-native code (*pgxpool.Pool, *pgx.Conn, pgx.Tx) package pgxadvisory
+// has the same functions with the same options; this package itself does
+// not import pgx.
 //
 // # Keys
 //

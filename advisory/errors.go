@@ -25,6 +25,14 @@ var (
 	// transaction; better, take locks in a fixed order.
 	ErrDeadlock = errors.New("advisory: deadlock detected")
 
+	// ErrConnTimeout means no connection became available before
+	// WithTimeout or the context deadline passed: neither a slot of the
+	// client's pool nor a server connection of a pooler such as PgBouncer
+	// (which hands one out when the transaction's first statement
+	// arrives). The lock was never asked for, so this says nothing about
+	// who holds it; it says the pool is exhausted.
+	ErrConnTimeout = errors.New("advisory: timed out waiting for a connection")
+
 	// ErrNotAcquired means a lock taken with NoWait was held by someone
 	// else.
 	ErrNotAcquired = errors.New("advisory: lock not acquired")
@@ -157,7 +165,7 @@ type StaleTokenError struct {
 
 // Error names the resource and both tokens.
 func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("advisory: stale fencing token for %q: presented %d, highest seen %d", e.Resource, e.Token, e.Highest)
+	return fmt.Sprintf("advisory: stale fencing token for %q: presented %d, highest seen %d", capInput(e.Resource), e.Token, e.Highest)
 }
 
 // Unwrap returns ErrStaleToken.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
 )
 
 // Token is a fencing token: a number that grows with every acquisition of
@@ -45,8 +47,16 @@ func CreateFencingSchema(ctx context.Context, db Querier) error {
 	if err := badArgs("CreateFencingSchema", ctx, db, "database handle"); err != nil {
 		return err
 	}
+	return createFencingSchema(ctx, "CreateFencingSchema", querierStmts{db})
+}
+
+// createFencingSchema is CreateFencingSchema for any driver.
+func createFencingSchema(ctx context.Context, fn string, db bridge.Stmts) error {
+	if err := badArgs(fn, ctx, db, "database handle"); err != nil {
+		return err
+	}
 	for _, s := range FencingSchemaStatements() {
-		if _, err := db.ExecContext(ctx, s); err != nil {
+		if err := db.Exec(ctx, s); err != nil {
 			return fmt.Errorf("advisory: create fencing schema (%s): %w", strings.SplitN(s, " (", 2)[0], err)
 		}
 	}
@@ -85,17 +95,54 @@ func CheckToken(ctx context.Context, tx Querier, resource string, token Token) e
 	if _, ok := tx.(Beginner); ok {
 		return fmt.Errorf("advisory: CheckToken needs the transaction that writes the resource, got %T", tx)
 	}
+	return checkToken(ctx, "CheckToken", querierStmts{tx}, resource, token)
+}
+
+// checkToken is CheckToken for any driver's transaction.
+func checkToken(ctx context.Context, fn string, tx bridge.Stmts, resource string, token Token) error {
+	if err := badArgs(fn, ctx, tx, "transaction"); err != nil {
+		return err
+	}
 	var got int64
-	err := tx.QueryRowContext(ctx, checkTokenSQL, resource, int64(token)).Scan(&got)
+	err := tx.QueryRow(ctx, checkTokenSQL, []any{resource, int64(token)}, &got)
 	switch {
 	case err == nil:
 		return nil
 	case !errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("advisory: check fencing token for %q: %w", resource, err)
+		return fmt.Errorf("advisory: check fencing token for %q: %w", capInput(resource), fencingHint(err))
 	}
 	var highest int64
-	if err := tx.QueryRowContext(ctx, highestTokenSQL, resource).Scan(&highest); err != nil {
-		return fmt.Errorf("advisory: check fencing token for %q: read highest: %w", resource, err)
+	if err := tx.QueryRow(ctx, highestTokenSQL, []any{resource}, &highest); err != nil {
+		return fmt.Errorf("advisory: check fencing token for %q: read highest: %w", capInput(resource), fencingHint(err))
 	}
 	return &StaleTokenError{Resource: resource, Token: token, Highest: Token(highest)}
+}
+
+// sqlStateUndefinedTable is undefined_table: the fencing schema is missing.
+const sqlStateUndefinedTable = "42P01"
+
+// FencingSchemaError wraps the server's error when the fencing sequence or
+// table does not exist in the database (SQLSTATE 42P01), and says how to
+// create them.
+type FencingSchemaError struct {
+	// Err is the server's error.
+	Err error
+}
+
+// Error names the cause and the fix.
+func (e *FencingSchemaError) Error() string {
+	return e.Err.Error() + " (the fencing schema is missing: run advisory.CreateFencingSchema, " +
+		"or advisory.FencingSchema from a migration, on this database)"
+}
+
+// Unwrap returns the server's error.
+func (e *FencingSchemaError) Unwrap() error { return e.Err }
+
+// fencingHint adds the CreateFencingSchema hint to an undefined_table error.
+func fencingHint(err error) error {
+	var st sqlStater
+	if errors.As(err, &st) && st.SQLState() == sqlStateUndefinedTable {
+		return &FencingSchemaError{Err: err}
+	}
+	return err
 }

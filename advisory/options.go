@@ -59,10 +59,17 @@ func (c *config) fail(err error) {
 	}
 }
 
-// WithTimeout bounds the wait for the lock. The server enforces it through
-// lock_timeout, set for the transaction in the same statement that takes the
-// lock. When the context has a deadline, the sooner of the two applies. d
-// must be positive. Without WithTimeout and without a deadline the lock
+// WithTimeout bounds the wait for the lock, and, where the function opens
+// the transaction or pins the connection itself (WithXactLock,
+// HoldSession, pgxadvisory.WithXactLock), the wait for that connection
+// first: d covers both together. The connection wait (a free slot of the
+// client's pool, then a pooler's server connection, which PgBouncer hands
+// out when BEGIN arrives) is bounded on the client; a wait that ends is a
+// *LockError matching ErrConnTimeout. What is left of d bounds the lock
+// wait, which the server enforces through lock_timeout, set for the
+// transaction in the same statement that takes the lock; a lock wait that
+// ends matches ErrLockTimeout. When the context has a deadline, the sooner
+// of the two applies to each wait. d must be positive. Without WithTimeout and without a deadline the lock
 // statement leaves lock_timeout alone (the role's or server's setting
 // applies; 0, the default, waits forever).
 func WithTimeout(d time.Duration) LockOption {

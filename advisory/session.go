@@ -66,8 +66,10 @@ type SessionLock struct {
 // ErrUnsafePoolMode) under transaction or statement pooling, and when the
 // mode is unknown.
 //
-// The context ctx bounds the acquisition only; the lock lives until Release
-// or loss. Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
+// WithTimeout bounds the wait for the connection and for the lock
+// together, as in WithXactLock (a wait for the connection that ends is
+// ErrConnTimeout). The context ctx bounds the acquisition only; the lock
+// lives until Release or loss. Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
 // WithHealthInterval.
 func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (*SessionLock, error) {
 	c, err := newConfig("HoldSession", optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
@@ -80,9 +82,17 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 	if err := ctx.Err(); err != nil {
 		return nil, classify(ctx, "session lock", key, err)
 	}
-	conn, err := db.Conn(ctx)
+	// The wait for a connection (and, behind a pooler, for its server
+	// connection, taken by the first statement) comes out of WithTimeout.
+	start := time.Now()
+	wctx, wcancel := ctx, context.CancelFunc(func() {})
+	if c.has(optTimeout) {
+		wctx, wcancel = context.WithTimeout(ctx, c.timeout)
+	}
+	defer wcancel()
+	conn, err := db.Conn(wctx)
 	if err != nil {
-		return nil, fmt.Errorf("advisory: HoldSession: get connection: %w", err)
+		return nil, sessionWaitError(ctx, key, err, "get connection")
 	}
 	mode, source := c.mode, ""
 	if c.has(optPoolMode) {
@@ -105,11 +115,14 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 	}
 	l := &SessionLock{key: key, shared: c.has(optShared), interval: c.interval, conn: conn,
 		stop: make(chan struct{}), loopDone: make(chan struct{})}
-	if err := conn.QueryRowContext(ctx, backendPIDSQL).Scan(&l.pid); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("advisory: HoldSession: read backend pid: %w", err)
+	if err := conn.QueryRowContext(wctx, backendPIDSQL).Scan(&l.pid); err != nil {
+		discard(conn)
+		return nil, sessionWaitError(ctx, key, err, "read backend pid")
 	}
-	ok, err := acquire(ctx, conn, key, c, true)
+	if c.has(optTimeout) {
+		c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
+	}
+	ok, err := acquire(ctx, sqlConn{conn}, key, c, true)
 	if err == nil && !ok {
 		err = &LockError{Op: "session lock", Key: key, Kind: ErrNotAcquired}
 	}
@@ -128,6 +141,16 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go l.watch()
 	return l, nil
+}
+
+// sessionWaitError classifies a failure before HoldSession's lock
+// statement: a wait past WithTimeout or the context deadline is
+// ErrConnTimeout.
+func sessionWaitError(ctx context.Context, key Key, err error, step string) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &LockError{Op: "wait for connection", Key: key, Kind: ErrConnTimeout, Err: err}
+	}
+	return fmt.Errorf("advisory: HoldSession: %s: %w", step, err)
 }
 
 // discard closes conn's driver connection instead of returning it to the

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
 )
 
 // Querier runs statements. *sql.Tx, *sqlx.Tx, *sql.Conn, *sql.DB and
@@ -32,6 +34,13 @@ const (
 	nextTokenSQL          = "SELECT nextval('pgadvisory_fencing_seq')"
 )
 
+// Options each kind of lock function accepts.
+const (
+	xactLockOpts = optTimeout | optShared | optNoWait | optLease | optFencing | optRestore
+	withLockOpts = xactLockOpts | optTxOptions
+	tryLockOpts  = optShared | optLease | optFencing
+)
+
 // WithXactLock begins a transaction on db, takes the transaction-level lock
 // key in it, runs fn, and commits when fn returns nil. It rolls back when
 // the lock is not granted, when fn returns an error and when fn panics (the
@@ -43,34 +52,59 @@ const (
 // the work the lock protects. fn may end the transaction itself; the
 // resulting sql.ErrTxDone of the final rollback is ignored.
 //
+// WithTimeout bounds the whole wait: first for a connection (a free slot
+// of db's pool, then a server connection of a pooler such as PgBouncer,
+// which is taken when BEGIN is sent), then, with what is left of it, for
+// the lock. A wait for a connection that ends, by WithTimeout or by the
+// context deadline, is a *LockError matching ErrConnTimeout, never
+// ErrLockTimeout: the lock was not even asked for.
+//
 // Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
 // RestoreLockTimeout, WithTxOptions.
-func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...LockOption) (err error) {
-	c, err := newConfig("WithXactLock", optTimeout|optShared|optNoWait|optLease|optFencing|optRestore|optTxOptions, opts)
+func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...LockOption) error {
+	var body func(context.Context, bridge.Tx) error
+	if fn != nil {
+		body = func(ctx context.Context, t bridge.Tx) error { return fn(ctx, t.(sqlTx).tx) }
+	}
+	begin := func(ctx context.Context, o *sql.TxOptions) (bridge.Tx, error) {
+		tx, err := db.BeginTx(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return sqlTx{tx}, nil
+	}
+	return withXactLock(ctx, "WithXactLock", db, begin, key, body, opts)
+}
+
+// withXactLock is WithXactLock for any driver: begin opens the transaction
+// (handle is what it begins on, checked for nil), body runs in it.
+func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin, key Key, body func(context.Context, bridge.Tx) error, opts []LockOption) (err error) {
+	c, err := newConfig(fn, withLockOpts, opts)
 	if err != nil {
 		return err
 	}
-	if err := badArgs("WithXactLock", ctx, db, "database handle"); err != nil {
+	if err := badArgs(fn, ctx, handle, "database handle"); err != nil {
 		return err
 	}
-	if fn == nil {
-		return errors.New("advisory: WithXactLock: nil callback")
+	if body == nil {
+		return errors.New("advisory: " + fn + ": nil callback")
 	}
 	// Fail fast on an expired context before opening a transaction.
 	if err := expired(ctx, key); err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, c.txOpts)
+	tx, stop, err := beginWithin(ctx, begin, key, c)
 	if err != nil {
-		return fmt.Errorf("advisory: begin transaction for lock key %v: %w", key, err)
+		return err
 	}
+	defer stop() // after the rollback below: database/sql binds tx to its context
 	done := false
 	defer func() {
 		if done {
 			return
 		}
 		p := recover()
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) && p == nil {
+		if rbErr := tx.Rollback(ctx); rbErr != nil && p == nil {
 			err = errors.Join(err, fmt.Errorf("advisory: rollback (lock key %v): %w", key, rbErr))
 		}
 		if p != nil {
@@ -84,14 +118,70 @@ func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context
 	if !ok {
 		return &LockError{Op: "lock", Key: key, Kind: ErrNotAcquired}
 	}
-	if err = fn(ctx, tx); err != nil {
+	if err = body(ctx, tx); err != nil {
 		return leaseLost(key, err)
 	}
 	done = true
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return leaseLost(key, fmt.Errorf("advisory: commit (lock key %v): %w", key, err))
 	}
 	return nil
+}
+
+// errWaitLimit is the cancel cause of a wait for a connection that ran
+// past WithTimeout.
+var errWaitLimit = errors.New("advisory: WithTimeout passed while waiting for a connection")
+
+// beginWithin begins a transaction, bounding the wait for a connection by
+// WithTimeout (the context deadline bounds it too). The time spent is taken
+// from the lock's wait, so WithTimeout bounds both together. A wait that
+// ends is a *LockError matching ErrConnTimeout. stop releases the timer's
+// context; call it once the transaction has ended, since database/sql rolls
+// back a transaction whose context is canceled.
+func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (tx bridge.Tx, stop func(), err error) {
+	if !c.has(optTimeout) {
+		if tx, err = begin(ctx, c.txOpts); err != nil {
+			return nil, nil, beginError(ctx, key, err, 0)
+		}
+		return tx, func() {}, nil
+	}
+	start := time.Now()
+	bctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(c.timeout, func() { cancel(errWaitLimit) })
+	tx, err = begin(bctx, c.txOpts)
+	if !timer.Stop() { // the limit passed, perhaps just after BEGIN returned
+		if err == nil {
+			_ = tx.Rollback(ctx)
+			err = errWaitLimit
+		}
+		cancel(nil)
+		return nil, nil, beginError(ctx, key, err, c.timeout)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, nil, beginError(ctx, key, err, 0)
+	}
+	// The lock may wait for what is left; lock_timeout never goes below
+	// 1ms (see millis), so a lock that is free is still granted.
+	c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
+	return tx, func() { cancel(nil) }, nil
+}
+
+// beginError classifies a failed BEGIN: a wait for a connection that ran
+// past limit (non-zero when WithTimeout's timer fired) or past the context
+// deadline is ErrConnTimeout; anything else is a plain error.
+func beginError(ctx context.Context, key Key, err error, limit time.Duration) error {
+	switch {
+	case limit > 0:
+		return &LockError{Op: "wait for connection", Key: key, Kind: ErrConnTimeout,
+			Err: fmt.Errorf("no connection within WithTimeout(%v): %w", limit, err)}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+		}
+		return &LockError{Op: "wait for connection", Key: key, Kind: ErrConnTimeout, Err: err}
+	}
+	return fmt.Errorf("advisory: begin transaction for lock key %v: %w", key, err)
 }
 
 // sqlStateIdleInTxTimeout is the FATAL error of a session ended by
@@ -121,11 +211,19 @@ func leaseLost(key Key, err error) error {
 // Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
 // RestoreLockTimeout.
 func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) error {
-	c, err := newConfig("XactLock", optTimeout|optShared|optNoWait|optLease|optFencing|optRestore, opts)
+	if err := needTx("XactLock", ctx, tx); err != nil {
+		return err
+	}
+	return xactLock(ctx, "XactLock", querierStmts{tx}, key, opts)
+}
+
+// xactLock is XactLock for any driver's transaction.
+func xactLock(ctx context.Context, fn string, tx bridge.Stmts, key Key, opts []LockOption) error {
+	c, err := newConfig(fn, xactLockOpts, opts)
 	if err != nil {
 		return err
 	}
-	if err := needTx("XactLock", ctx, tx); err != nil {
+	if err := badArgs(fn, ctx, tx, "transaction"); err != nil {
 		return err
 	}
 	ok, err := acquire(ctx, tx, key, c, false)
@@ -145,11 +243,19 @@ func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) erro
 // Options: Shared, WithLease, WithFencing (the token is set only when the
 // lock is granted).
 func TryXactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (bool, error) {
-	c, err := newConfig("TryXactLock", optShared|optLease|optFencing, opts)
+	if err := needTx("TryXactLock", ctx, tx); err != nil {
+		return false, err
+	}
+	return tryXactLock(ctx, "TryXactLock", querierStmts{tx}, key, opts)
+}
+
+// tryXactLock is TryXactLock for any driver's transaction.
+func tryXactLock(ctx context.Context, fn string, tx bridge.Stmts, key Key, opts []LockOption) (bool, error) {
+	c, err := newConfig(fn, tryLockOpts, opts)
 	if err != nil {
 		return false, err
 	}
-	if err := needTx("TryXactLock", ctx, tx); err != nil {
+	if err := badArgs(fn, ctx, tx, "transaction"); err != nil {
 		return false, err
 	}
 	c.set |= optNoWait
@@ -326,7 +432,7 @@ func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
 
 // acquire runs the lock statement (and the optional restore and fencing
 // statements) on q. It reports false when a NoWait lock was not granted.
-func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (bool, error) {
+func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bool) (bool, error) {
 	timeout, err := waitLimit(ctx, key, c)
 	if err != nil {
 		return false, err
@@ -339,7 +445,7 @@ func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (
 	if !st.try && !st.readOld {
 		// No column is wanted (pg_advisory_xact_lock returns void): Exec
 		// spares database/sql's Rows, its goroutine and the decoding.
-		if _, err := q.ExecContext(ctx, st.query, st.args...); err != nil {
+		if err := q.Exec(ctx, st.query, st.args...); err != nil {
 			return false, classify(ctx, "lock", key, err)
 		}
 		return true, after(ctx, q, key, c, st, "")
@@ -364,7 +470,7 @@ func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (
 	} else {
 		dest = append(dest, &lockResult)
 	}
-	if err := q.QueryRowContext(ctx, st.query, st.args...).Scan(dest...); err != nil {
+	if err := q.QueryRow(ctx, st.query, st.args, dest...); err != nil {
 		return false, classify(ctx, "lock", key, err)
 	}
 	if st.try && !got.Bool {
@@ -376,16 +482,16 @@ func acquire(ctx context.Context, q Querier, key Key, c *config, session bool) (
 // after runs what follows a granted lock: restoring the previous
 // lock_timeout old when the statement read it (RestoreLockTimeout), and
 // reading the fencing token (WithFencing).
-func after(ctx context.Context, q Querier, key Key, c *config, st lockStmt, old string) error {
+func after(ctx context.Context, q bridge.Stmts, key Key, c *config, st lockStmt, old string) error {
 	if st.readOld {
-		if _, err := q.ExecContext(ctx, restoreLockTimeoutSQL, old); err != nil {
+		if err := q.Exec(ctx, restoreLockTimeoutSQL, old); err != nil {
 			return &LockError{Op: "restore lock_timeout after lock", Key: key, Err: err}
 		}
 	}
 	if c.has(optFencing) {
 		var t int64
-		if err := q.QueryRowContext(ctx, nextTokenSQL).Scan(&t); err != nil {
-			return &LockError{Op: "read fencing token after lock", Key: key, Err: err}
+		if err := q.QueryRow(ctx, nextTokenSQL, nil, &t); err != nil {
+			return &LockError{Op: "read fencing token after lock", Key: key, Err: fencingHint(err)}
 		}
 		*c.token = Token(t)
 	}

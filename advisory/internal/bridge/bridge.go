@@ -1,0 +1,46 @@
+// Package bridge connects the lock logic of package advisory to the driver
+// adapters beside it (package pgxadvisory) without exporting that logic from
+// advisory and without making advisory import a driver: a program that uses
+// advisory with database/sql links no pgx package because pgx helpers exist.
+//
+// advisory implements the statements of a lock over Stmts and Tx, adapts
+// *sql.Tx itself, and at init stores in Core a value whose methods take
+// advisory's own types (Key, LockOption). An adapter package declares the
+// method set it needs as an interface and asserts Core to it once, at init.
+package bridge
+
+import (
+	"context"
+	"database/sql"
+)
+
+// Stmts runs the statements of a lock inside one open transaction (or, for
+// a session lock, on one pinned connection).
+type Stmts interface {
+	// Exec runs query and discards its result.
+	Exec(ctx context.Context, query string, args ...any) error
+	// QueryRow runs query, which returns exactly one row, and scans the
+	// row into dest (one destination per column).
+	QueryRow(ctx context.Context, query string, args []any, dest ...any) error
+}
+
+// Tx is an open transaction that the lock helpers end themselves.
+type Tx interface {
+	Stmts
+	// Commit commits the transaction.
+	Commit(ctx context.Context) error
+	// Rollback rolls the transaction back. It returns nil when the
+	// transaction has already ended (the callback committed or rolled
+	// back itself).
+	Rollback(ctx context.Context) error
+}
+
+// Begin begins a transaction under ctx with opts (nil for the server's
+// defaults; adapters translate database/sql's isolation levels). For a database/sql transaction ctx
+// stays bound to the transaction until it ends (database/sql rolls back
+// when ctx is canceled); the helpers keep it alive until then.
+type Begin func(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+
+// Core is the lock logic, set by package advisory's init. Its dynamic type
+// is unexported; adapters assert it to the interface they need.
+var Core any
