@@ -40,7 +40,10 @@ func TestBadInput(t *testing.T) {
 		}, "does not apply"},
 		{"TryXactLock nil tx", func() error { _, err := pgxadvisory.TryXactLock(ctx, nil, key); return err }, "nil transaction"},
 		{"TryXactLock zero tx", func() error { _, err := pgxadvisory.TryXactLock(ctx, &pgxpool.Tx{}, key); return err }, "not usable"},
-		{"TryXactLock with NoWait", func() error { _, err := pgxadvisory.TryXactLock(ctx, &pgxpool.Tx{}, key, advisory.NoWait()); return err }, "does not apply"},
+		{"TryXactLock with NoWait", func() error {
+			_, err := pgxadvisory.TryXactLock(ctx, &pgxpool.Tx{}, key, advisory.NoWait())
+			return err
+		}, "does not apply"},
 		{"CheckToken nil tx", func() error { return pgxadvisory.CheckToken(ctx, nil, "r", 1) }, "nil transaction"},
 		{"CheckToken zero tx", func() error { return pgxadvisory.CheckToken(ctx, &pgxpool.Tx{}, "r", 1) }, "not usable"},
 		{"CreateFencingSchema nil", func() error { return pgxadvisory.CreateFencingSchema(ctx, nil) }, "nil database handle"},
