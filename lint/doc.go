@@ -34,13 +34,20 @@
 //	pooled  *sql.DB, *sqlx.DB, *pgxpool.Pool: session locks and try-locks,
 //	        and session unlocks (they may land on another connection)
 //	tx      *sql.Tx, *sqlx.Tx, pgx.Tx, *pgxpool.Tx: session locks and
-//	        try-locks, with a suggested fix renaming them to the xact twin
+//	        try-locks, with a suggested fix renaming them to the xact twin;
+//	        pg_advisory_unlock_all, which behind transaction pooling
+//	        releases other clients' session locks on the shared backend
 //	conn    *sql.Conn, *sqlx.Conn, *pgx.Conn, *pgxpool.Conn,
 //	        *pgconn.PgConn: session locks and try-locks — correct on a
 //	        direct connection, a leak behind transaction pooling
 //	handle  an interface (sqlx.Ext, a sqlc DBTX, ...) or a pgx.Batch sent
 //	        through no single kind of handle: unknown, so reported
 //	directive  a //pgadvisory:ignore without a reason
+//
+// Each message names the helper that fits the handle it saw: for pgx
+// handles (*pgxpool.Pool, *pgx.Conn, pgx.Tx, ...) pgxadvisory.WithXactLock
+// or pgxadvisory.XactLock, for database/sql and sqlx ones
+// advisory.WithXactLock or advisory.XactLock.
 //
 // Use -skip=conn (or the golangci-lint setting skip: [conn]) in a service
 // that deliberately holds session locks on dedicated direct connections.
@@ -78,7 +85,8 @@ Diagnostic.Category; -skip=cat,... turns some off):
   pooled  *sql.DB, *sqlx.DB, *pgxpool.Pool: the unlock may run on another
           connection; behind transaction pooling the lock leaks
   tx      *sql.Tx, *sqlx.Tx, pgx.Tx, *pgxpool.Tx: the lock survives COMMIT;
-          a fix renames it to the xact twin
+          a fix renames it to the xact twin; pg_advisory_unlock_all there
+          releases other clients' locks on a pooler's shared backend
   conn    *sql.Conn, *sqlx.Conn, *pgx.Conn, *pgxpool.Conn, *pgconn.PgConn:
           legitimate on a direct connection, fatal behind transaction pooling
   handle  an interface handle or a pgx.Batch of unknown destination
@@ -86,8 +94,10 @@ Diagnostic.Category; -skip=cat,... turns some off):
 
 False-positive policy: only what the SQL text proves is reported. Session
 locks and try-locks are reported on every handle; session unlocks only on
-pooled handles (elsewhere the lock call is the finding); transaction-level
-calls never. Text the analyzer cannot compute (parameters, fields,
+pooled handles (elsewhere the lock call is the finding), except
+pg_advisory_unlock_all, also reported in transactions; transaction-level
+calls never. Messages suggest pgxadvisory's helpers for pgx handles and
+advisory's for database/sql and sqlx. Text the analyzer cannot compute (parameters, fields,
 variables assigned twice, SQL rejected by PostgreSQL's parser even after
 replacing ? and :name binds) is skipped silently, as are PL/pgSQL EXECUTE
 and other dynamic SQL. Statements prepared with Prepare are reported at

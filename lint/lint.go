@@ -289,8 +289,10 @@ func (p *pass) qualifier(pkg *types.Package) string {
 }
 
 // reportable reports whether call c is worth a diagnostic in category cat:
-// session-level locks and try-locks everywhere; session unlocks only on
-// pooled handles; transaction-level calls never.
+// session-level locks and try-locks everywhere; session unlocks on pooled
+// handles; pg_advisory_unlock_all also on transactions, where behind
+// transaction pooling it releases other clients' session locks on the
+// shared backend; transaction-level calls never.
 func reportable(c lockscan.Call, cat Category) bool {
 	if c.Scope != lockscan.ScopeSession {
 		return false
@@ -298,8 +300,10 @@ func reportable(c lockscan.Call, cat Category) bool {
 	switch c.Op {
 	case lockscan.OpLock, lockscan.OpTryLock:
 		return true
-	case lockscan.OpUnlock, lockscan.OpUnlockAll:
+	case lockscan.OpUnlock:
 		return cat == Pooled
+	case lockscan.OpUnlockAll:
+		return cat == Pooled || cat == Transaction
 	}
 	return false
 }
@@ -464,23 +468,59 @@ func (p *pass) suppressed(cur inspector.Cursor, call *ast.CallExpr) bool {
 }
 
 // message explains, by category, why the call is a problem and what to do.
+// The helper it names fits the handle: package pgxadvisory for pgx
+// handles, package advisory for database/sql and sqlx ones.
 func message(cat Category, funcs, handle string, c lockscan.Call) string {
 	twin := c.XactTwin()
 	if twin == "" {
 		twin = "pg_advisory_xact_lock"
 	}
+	if c.Op == lockscan.OpUnlockAll && cat == Transaction {
+		return fmt.Sprintf("tx: %s inside a transaction (%s) releases every session lock the backend holds, and behind transaction pooling the backend is shared: it releases other clients' locks; take transaction-level locks (%s), which COMMIT and ROLLBACK release", funcs, handle, helper(cat, handle))
+	}
 	unlock := c.Op == lockscan.OpUnlock || c.Op == lockscan.OpUnlockAll
 	switch cat {
 	case Pooled:
 		if unlock {
-			return fmt.Sprintf("pooled: %s on %s may run on another pooled connection than the lock: it returns false and the lock stays held; take %s inside a transaction (advisory.WithXactLock) instead", funcs, handle, twin)
+			return fmt.Sprintf("pooled: %s on %s may run on another pooled connection than the lock: it returns false and the lock stays held; take %s inside a transaction (%s) instead", funcs, handle, twin, helper(cat, handle))
 		}
-		return fmt.Sprintf("pooled: session-level %s on %s: the unlock may run on another connection, and behind transaction pooling the lock leaks; use %s inside a transaction or advisory.WithXactLock", funcs, handle, twin)
+		return fmt.Sprintf("pooled: session-level %s on %s: the unlock may run on another connection, and behind transaction pooling the lock leaks; use %s inside a transaction or %s", funcs, handle, twin, helper(cat, handle))
 	case Transaction:
-		return fmt.Sprintf("tx: session-level %s inside a transaction (%s) survives COMMIT and ROLLBACK and leaks behind transaction pooling; use %s, released when the transaction ends", funcs, handle, twin)
+		return fmt.Sprintf("tx: session-level %s inside a transaction (%s) survives COMMIT and ROLLBACK and leaks behind transaction pooling; use %s, released when the transaction ends (%s)", funcs, handle, twin, helper(cat, handle))
 	case Pinned:
-		return fmt.Sprintf("conn: session-level %s on pinned %s is safe on a direct connection but leaks behind transaction pooling; use %s inside a transaction, or add //pgadvisory:ignore <reason> if this connection never goes through a pooler", funcs, handle, twin)
+		return fmt.Sprintf("conn: session-level %s on pinned %s is safe on a direct connection but leaks behind transaction pooling; use %s inside a transaction%s, or add //pgadvisory:ignore <reason> if this connection never goes through a pooler", funcs, handle, twin, pinnedHelper(handle))
 	default:
-		return fmt.Sprintf("handle: session-level %s through %s, which may be a pool or a pooled connection: behind transaction pooling the lock leaks; use %s inside a transaction", funcs, handle, twin)
+		return fmt.Sprintf("handle: session-level %s through %s, which may be a pool or a pooled connection: behind transaction pooling the lock leaks; use %s inside a transaction (advisory.WithXactLock for database/sql, pgxadvisory.WithXactLock for pgx)", funcs, handle, twin)
 	}
+}
+
+// isPgxHandle reports whether a handle's printed name (see classify) is one
+// of pgx's: "*pgxpool.Pool", "pgx.Tx", "*pgx.Conn (via pgx.Batch)", ...
+func isPgxHandle(handle string) bool {
+	h := strings.TrimPrefix(handle, "*")
+	return strings.HasPrefix(h, "pgx.") || strings.HasPrefix(h, "pgxpool.") || strings.HasPrefix(h, "pgconn.")
+}
+
+// helper names the call that takes a transaction-level lock on handle: on
+// a transaction the lock function itself, elsewhere the helper that begins
+// the transaction.
+func helper(cat Category, handle string) string {
+	pkg := "advisory"
+	if isPgxHandle(handle) {
+		pkg = "pgxadvisory"
+	}
+	if cat == Transaction {
+		return pkg + ".XactLock(ctx, tx, key)"
+	}
+	return pkg + ".WithXactLock"
+}
+
+// pinnedHelper suggests the helper for a pinned connection that can begin
+// transactions (*sql.Conn, *sqlx.Conn, *pgx.Conn, *pgxpool.Conn; not
+// *pgconn.PgConn).
+func pinnedHelper(handle string) string {
+	if strings.Contains(handle, "pgconn.PgConn") {
+		return ""
+	}
+	return " (" + helper(Pinned, handle) + ")"
 }

@@ -13,7 +13,7 @@ import (
 func sqlConn(ctx context.Context, db *sql.DB) {
 	c, _ := db.Conn(ctx)
 	defer c.Close()
-	c.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)   // want `conn: session-level pg_advisory_lock on pinned \*sql.Conn is safe on a direct connection but leaks behind transaction pooling`
+	c.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)   // want `conn: session-level pg_advisory_lock on pinned \*sql.Conn is safe on a direct connection but leaks behind transaction pooling; use pg_advisory_xact_lock inside a transaction \(advisory\.WithXactLock\)`
 	c.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", 1) // unlock on the same pinned conn: fine
 	c.PrepareContext(ctx, "SELECT pg_advisory_lock($1)")   // want `conn: session-level pg_advisory_lock on pinned \*sql.Conn`
 }
@@ -26,9 +26,9 @@ func sqlxConn(ctx context.Context, db *sqlx.DB) {
 }
 
 func pgxConn(ctx context.Context, c *pgx.Conn, pool *pgxpool.Pool) {
-	c.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `on pinned \*pgx.Conn`
+	c.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `on pinned \*pgx.Conn.*inside a transaction \(pgxadvisory\.WithXactLock\)`
 	c.Prepare(ctx, "lock", "SELECT pg_advisory_lock($1)") // want `on pinned \*pgx.Conn`
-	c.PgConn().Exec(ctx, "SELECT pg_advisory_lock(1)")    // want `on pinned \*pgconn.PgConn`
+	c.PgConn().Exec(ctx, "SELECT pg_advisory_lock(1)")    // want `on pinned \*pgconn.PgConn.*inside a transaction, or add`
 	pc, _ := pool.Acquire(ctx)
 	defer pc.Release()
 	pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `on pinned \*pgxpool.Conn`

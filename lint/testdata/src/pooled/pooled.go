@@ -10,12 +10,12 @@ import (
 )
 
 func sqlDB(ctx context.Context, db *sql.DB) {
-	db.Exec("SELECT pg_advisory_lock(1)")                                                   // want `pooled: session-level pg_advisory_lock on \*sql.DB: the unlock may run on another connection`
+	db.Exec("SELECT pg_advisory_lock(1)")                                                   // want `pooled: session-level pg_advisory_lock on \*sql.DB: the unlock may run on another connection.* or advisory\.WithXactLock$`
 	db.ExecContext(ctx, `SELECT pg_try_advisory_lock($1)`, 2)                               // want `pooled: session-level pg_try_advisory_lock on \*sql.DB`
 	db.QueryRowContext(ctx, "select PG_ADVISORY_LOCK_SHARED(3)")                            // want `pooled: session-level pg_advisory_lock_shared on \*sql.DB`
 	db.Query("SELECT pg_advisory_lock(1), pg_advisory_lock(2)")                             // want `pg_advisory_lock on` `pg_advisory_lock on`
 	db.Prepare("SELECT pg_advisory_lock($1)")                                               // want `pooled: session-level pg_advisory_lock on \*sql.DB`
-	db.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", 1)                                 // want `pooled: pg_advisory_unlock on \*sql.DB may run on another pooled connection than the lock`
+	db.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", 1)                                 // want `pooled: pg_advisory_unlock on \*sql.DB may run on another pooled connection than the lock.*\(advisory\.WithXactLock\)`
 	db.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")                                  // want `pooled: pg_advisory_unlock_all on \*sql.DB`
 	db.ExecContext(ctx, "SELECT pg_catalog.pg_advisory_lock(7)")                            // want `pooled: session-level pg_advisory_lock`
 	db.ExecContext(ctx, "DO $$BEGIN PERFORM pg_advisory_lock(8); END$$")                    // want `pooled: session-level pg_advisory_lock`
@@ -38,9 +38,9 @@ func sqlxDB(ctx context.Context, db *sqlx.DB) {
 }
 
 func pgxPool(ctx context.Context, pool *pgxpool.Pool) {
-	pool.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `pooled: session-level pg_advisory_lock on \*pgxpool.Pool`
+	pool.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `pooled: session-level pg_advisory_lock on \*pgxpool.Pool.* or pgxadvisory\.WithXactLock$`
 	pool.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `on \*pgxpool.Pool`
-	pool.Exec(ctx, "SELECT pg_advisory_unlock($1)", 1)       // want `pooled: pg_advisory_unlock on \*pgxpool.Pool`
+	pool.Exec(ctx, "SELECT pg_advisory_unlock($1)", 1)       // want `pooled: pg_advisory_unlock on \*pgxpool.Pool.*\(pgxadvisory\.WithXactLock\)`
 }
 
 // store embeds a pool: the promoted method's receiver decides.

@@ -11,7 +11,7 @@ import (
 )
 
 func sqlTx(ctx context.Context, tx *sql.Tx) {
-	tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)             // want `tx: session-level pg_advisory_lock inside a transaction \(\*sql.Tx\) survives COMMIT`
+	tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 1)             // want `tx: session-level pg_advisory_lock inside a transaction \(\*sql.Tx\) survives COMMIT.*\(advisory\.XactLock\(ctx, tx, key\)\)$`
 	tx.QueryRowContext(ctx, `SELECT pg_try_advisory_lock_shared($1)`) // want `use pg_try_advisory_xact_lock_shared`
 	tx.Exec("SELECT PG_ADVISORY_LOCK(1), pg_advisory_lock_shared(2)") // want `pg_advisory_lock inside` `pg_advisory_lock_shared inside`
 	tx.Exec("SELECT \"pg_advisory_lock\"(1)")                         // want `tx: session-level pg_advisory_lock`
@@ -24,6 +24,9 @@ func sqlTx(ctx context.Context, tx *sql.Tx) {
 	tx.Prepare("SELECT pg_advisory_lock($1)")                  // want `tx: session-level pg_advisory_lock`
 	tx.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", 1)    // unlock inside a tx: the lock call is the finding
 	tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", 1) // already right
+	// Behind transaction pooling the backend is shared: unlock_all drops
+	// other clients' session locks.
+	tx.ExecContext(ctx, "SELECT pg_advisory_unlock_all()") // want `tx: pg_advisory_unlock_all inside a transaction \(\*sql.Tx\) releases every session lock the backend holds.*other clients' locks.*\(advisory\.XactLock\(ctx, tx, key\)\)`
 }
 
 const lockQuery = "SELECT pg_advisory_lock($1)"
@@ -40,11 +43,12 @@ func sqlxTx(ctx context.Context, tx *sqlx.Tx) {
 }
 
 func pgxTx(ctx context.Context, tx pgx.Tx, ptx *pgxpool.Tx) {
-	tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `inside a transaction \(pgx.Tx\)`
+	tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `inside a transaction \(pgx.Tx\).*\(pgxadvisory\.XactLock\(ctx, tx, key\)\)$`
 	tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `inside a transaction \(pgx.Tx\)`
 	tx.Prepare(ctx, "lock", "SELECT pg_advisory_lock($1)") // want `inside a transaction \(pgx.Tx\)`
 	ptx.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)        // want `inside a transaction \(\*pgxpool.Tx\)`
 	b := &pgx.Batch{}
 	b.Queue("SELECT pg_advisory_lock($1)", 1) // want `inside a transaction \(pgx.Tx \(via pgx.Batch\)\)`
 	tx.SendBatch(ctx, b)
+	ptx.Exec(ctx, "SELECT pg_advisory_unlock_all()") // want `tx: pg_advisory_unlock_all inside a transaction \(\*pgxpool.Tx\).*\(pgxadvisory\.XactLock\(ctx, tx, key\)\)`
 }

@@ -53,3 +53,10 @@ func Xact(ctx context.Context, tx *sql.Tx, key int64) error {
 	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", key)
 	return err
 }
+
+// ResetAll drops every session lock of the backend inside a transaction:
+// reported, since behind transaction pooling the backend is shared.
+func ResetAll(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, "SELECT pg_advisory_unlock_all()")
+	return err
+}
