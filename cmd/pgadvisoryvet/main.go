@@ -14,9 +14,19 @@
 package main
 
 import (
+	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/singlechecker"
 
 	"github.com/pgadvisory/pgadvisory/lint"
 )
 
-func main() { singlechecker.Main(lint.Analyzer) }
+func main() { singlechecker.Main(vetAnalyzer()) }
+
+// vetAnalyzer is lint.Analyzer under this command's name: singlechecker
+// prints the analyzer's name as the program in -h ("Usage: NAME") and in
+// its log prefix, and the analyzer itself is called "pgadvisory".
+func vetAnalyzer() *analysis.Analyzer {
+	a := *lint.Analyzer
+	a.Name = "pgadvisoryvet"
+	return &a
+}
