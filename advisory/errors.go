@@ -76,9 +76,11 @@ type LockError struct {
 	Err error
 }
 
-// Error returns "advisory: <op> key <key>: <kind>: <cause>".
+// Error returns "advisory: <op> key <key>: <kind>: <cause>", where <key> is
+// the value pg_locks shows ("42", "(7,42)") followed, for a NamespacedKey
+// or KeyFromString key, by the names it was made from.
 func (e *LockError) Error() string {
-	msg := "advisory: " + e.Op + " key " + e.Key.String()
+	msg := "advisory: " + e.Op + " key " + e.Key.describe()
 	if e.Kind != nil {
 		msg += ": " + trimPrefix(e.Kind.Error())
 	}

@@ -131,8 +131,8 @@ type FencingSchemaError struct {
 
 // Error names the cause and the fix.
 func (e *FencingSchemaError) Error() string {
-	return e.Err.Error() + " (the fencing schema is missing: run advisory.CreateFencingSchema, " +
-		"or advisory.FencingSchema from a migration, on this database)"
+	return e.Err.Error() + " (the fencing schema is missing: run advisory.CreateFencingSchema " +
+		"(pgxadvisory.CreateFencingSchema with pgx), or advisory.FencingSchema from a migration, on this database)"
 }
 
 // Unwrap returns the server's error.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -518,4 +519,19 @@ func TestIntegrationLeaderLoss(t *testing.T) {
 			t.Fatalf("err = %v; want ErrUnsafePoolMode", err)
 		}
 	})
+}
+
+// WithFencing on a database without the fencing schema (a search_path that
+// does not reach it) hints at CreateFencingSchema.
+func TestIntegrationFencingWithoutSchema(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	db := openDB(t, pgxDSN(c.DirectDSN())+"&search_path=pgadvisory_no_fencing_here")
+	var tok advisory.Token
+	err := advisory.WithXactLock(testCtx(t), db, uniqueKey(t, "k"), func(context.Context, *sql.Tx) error { return nil },
+		advisory.WithFencing(&tok))
+	var fe *advisory.FencingSchemaError
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &fe) || !errors.As(err, &pgErr) || pgErr.Code != "42P01" || !strings.Contains(err.Error(), "CreateFencingSchema") {
+		t.Fatalf("err = %v; want a FencingSchemaError naming CreateFencingSchema", err)
+	}
 }

@@ -12,12 +12,31 @@ import (
 // PairKey(0, 1) are different locks, even though both are "1" in some sense,
 // so Key remembers its form. The zero Key is IntKey(0).
 //
+// A key made by NamespacedKey or KeyFromString also remembers the names it
+// was made from, so that errors name what the caller named ("namespace
+// \"billing\", name \"invoice-42\"") beside the bigint that pg_locks shows.
+// Keys compare equal with == when they name the same lock in the same way;
+// a key read back from the server (Locks, Holders) carries no names, so
+// compare locks with SameLock.
+//
 // Keys are scoped to the current database: the same key in two databases of
 // one server names two unrelated locks.
 type Key struct {
 	v    int64
 	pair bool
+	from keyOrigin
+	ns   string // NamespacedKey's namespace
+	name string // the name given to NamespacedKey or KeyFromString
 }
+
+// keyOrigin records how a bigint key was made.
+type keyOrigin uint8
+
+const (
+	fromInt keyOrigin = iota
+	fromString
+	fromNamespace
+)
 
 // IntKey returns the single-bigint key k.
 func IntKey(k int64) Key { return Key{v: k} }
@@ -43,7 +62,13 @@ func PairKey(classID, objID int32) Key {
 // holders in. Hand-picked small integers (1, 2, 42…) collide far more often
 // across teams than hashed names; prefer NamespacedKey.
 func KeyFromString(name string) Key {
-	sum := sha256.Sum256([]byte(name))
+	k := hashKey(name)
+	k.from, k.name = fromString, name
+	return k
+}
+
+func hashKey(s string) Key {
+	sum := sha256.Sum256([]byte(s))
 	return IntKey(int64(binary.BigEndian.Uint64(sum[:8])))
 }
 
@@ -61,7 +86,33 @@ func KeyFromString(name string) Key {
 // (octet_length counts bytes in the database encoding, which is the UTF-8
 // length in a UTF-8 database).
 func NamespacedKey(namespace, name string) Key {
-	return KeyFromString(strconv.Itoa(len(namespace)) + ":" + namespace + name)
+	k := hashKey(strconv.Itoa(len(namespace)) + ":" + namespace + name)
+	k.from, k.ns, k.name = fromNamespace, namespace, name
+	return k
+}
+
+// Name returns the namespace and name a key was made from: both for
+// NamespacedKey, an empty namespace for KeyFromString, and ok false for
+// IntKey, PairKey and keys read back from the server.
+func (k Key) Name() (namespace, name string, ok bool) {
+	return k.ns, k.name, k.from != fromInt
+}
+
+// SameLock reports whether k and o name the same server lock, however
+// each was made (a NamespacedKey and the IntKey that Locks decodes from
+// pg_locks are the same lock).
+func (k Key) SameLock(o Key) bool { return k.v == o.v && k.pair == o.pair }
+
+// describe returns k for an error message: the value pg_locks shows and,
+// for a named key, the names it was made from (capped; see capInput).
+func (k Key) describe() string {
+	switch k.from {
+	case fromNamespace:
+		return k.String() + " (namespace " + strconv.Quote(capInput(k.ns)) + ", name " + strconv.Quote(capInput(k.name)) + ")"
+	case fromString:
+		return k.String() + " (name " + strconv.Quote(capInput(k.name)) + ")"
+	}
+	return k.String()
 }
 
 // Int64 returns the bigint value of a single-bigint key and true, or 0 and

@@ -279,7 +279,7 @@ func (l *SessionLock) Release(ctx context.Context) error {
 			Err: errors.New("pg_advisory_unlock returned false: this session did not hold the lock")}
 	}
 	if err := l.conn.Close(); err != nil {
-		return fmt.Errorf("advisory: release key %v: return connection: %w", l.key, err)
+		return fmt.Errorf("advisory: release key %s: return connection: %w", l.key.describe(), err)
 	}
 	return nil
 }

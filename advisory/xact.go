@@ -105,7 +105,7 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 		}
 		p := recover()
 		if rbErr := tx.Rollback(ctx); rbErr != nil && p == nil {
-			err = errors.Join(err, fmt.Errorf("advisory: rollback (lock key %v): %w", key, rbErr))
+			err = errors.Join(err, fmt.Errorf("advisory: rollback (lock key %s): %w", key.describe(), rbErr))
 		}
 		if p != nil {
 			panic(p)
@@ -123,7 +123,7 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		return leaseLost(key, fmt.Errorf("advisory: commit (lock key %v): %w", key, err))
+		return leaseLost(key, fmt.Errorf("advisory: commit (lock key %s): %w", key.describe(), err))
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func beginError(ctx context.Context, key Key, err error, limit time.Duration) er
 		}
 		return &LockError{Op: "wait for connection", Key: key, Kind: ErrConnTimeout, Err: err}
 	}
-	return fmt.Errorf("advisory: begin transaction for lock key %v: %w", key, err)
+	return fmt.Errorf("advisory: begin transaction for lock key %s: %w", key.describe(), err)
 }
 
 // sqlStateIdleInTxTimeout is the FATAL error of a session ended by

@@ -191,3 +191,18 @@ func TestIntegrationTxOptionsAndRollback(t *testing.T) {
 		t.Fatal("LevelLinearizable accepted; PostgreSQL has no such level")
 	}
 }
+
+// WithFencing on a database without the fencing schema (here: a
+// search_path that does not reach it) says to create it.
+func TestIntegrationFencingWithoutSchema(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := testCtx(t)
+	pool := openPool(t, execMode(c.DirectDSN())+"&search_path=pgadvisory_no_fencing_here")
+	var tok advisory.Token
+	err := pgxadvisory.WithXactLock(ctx, pool, uniqueKey(t, "k"), noop, advisory.WithFencing(&tok))
+	var fe *advisory.FencingSchemaError
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &fe) || !errors.As(err, &pgErr) || pgErr.Code != "42P01" {
+		t.Fatalf("err = %v; want a FencingSchemaError wrapping SQLSTATE 42P01", err)
+	}
+}
