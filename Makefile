@@ -4,7 +4,7 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help demo test test-unit lint bench bench-go faults
+.PHONY: help demo test test-unit lint bench bench-go faults pgx-suites
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -37,3 +37,7 @@ faults: ## run the fault-injection tests and print their results as the README's
 	@rm -f out/faults.jsonl; mkdir -p out
 	PGADVISORY_FAULT_REPORT=$(CURDIR)/out/faults.jsonl $(GO) test -count=1 -run 'TestFault' ./internal/settle/
 	@$(GO) run ./internal/settle/faulttable out/faults.jsonl
+
+PGXSUITE_FLAGS ?= -out out/pgx-suites
+pgx-suites: ## pgx's own stdlib and pgxpool tests, plain and through pgadvisory (direct and PgBouncer session); fails on a regression
+	$(GO) run ./internal/pgxsuite $(PGXSUITE_FLAGS)

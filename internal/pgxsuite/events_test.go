@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const pkgA = "github.com/jackc/pgx/v5/stdlib"
+
+// events builds `go test -json` lines.
+func events(lines ...string) string { return strings.Join(lines, "\n") + "\n" }
+
+func TestParseEventsCounts(t *testing.T) {
+	in := events(
+		`go: downloading github.com/x/y v1.0.0`, // not JSON: ignored
+		`{"Action":"start","Package":"`+pkgA+`"}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestA"}`,
+		`{"Action":"output","Package":"`+pkgA+`","Test":"TestA","Output":"=== RUN   TestA\n"}`,
+		`{"Action":"pass","Package":"`+pkgA+`","Test":"TestA","Elapsed":0.01}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestB"}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestB/one"}`,
+		`{"Action":"pass","Package":"`+pkgA+`","Test":"TestB/one"}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestB/two"}`,
+		`{"Action":"output","Package":"`+pkgA+`","Test":"TestB/two","Output":"    x_test.go:9: boom\n"}`,
+		`{"Action":"fail","Package":"`+pkgA+`","Test":"TestB/two"}`,
+		`{"Action":"fail","Package":"`+pkgA+`","Test":"TestB"}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestC"}`,
+		`{"Action":"skip","Package":"`+pkgA+`","Test":"TestC"}`,
+		`{"Action":"run","Package":"`+pkgA+`","Test":"TestD"}`,
+		`{"Action":"output","Package":"`+pkgA+`","Output":"panic: runtime error\n"}`,
+		`{"Action":"fail","Package":"`+pkgA+`","Elapsed":1}`,
+	)
+	run, err := ParseEvents(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := run[pkgA]
+	if p == nil || !p.Failed || p.BuildFailed != "" {
+		t.Fatalf("package result %+v", p)
+	}
+	c := Count(p)
+	want := Counts{Pass: 1, Fail: 1, Skip: 1, Incomplete: 1, SubPass: 2, SubFail: 2, SubSkip: 1, SubIncomplete: 1}
+	if c != want {
+		t.Errorf("Count = %+v, want %+v", c, want)
+	}
+	if !strings.Contains(p.Tests["TestB/two"].Output, "boom") || !strings.Contains(p.Output, "panic:") {
+		t.Errorf("outputs: test %q package %q", p.Tests["TestB/two"].Output, p.Output)
+	}
+	if got := formatCounts(c); got != "1/1/1 [2/2/1] +1 unfinished" {
+		t.Errorf("formatCounts = %q", got)
+	}
+}
+
+func TestParseEventsBuildFailure(t *testing.T) {
+	in := events(
+		`{"ImportPath":"github.com/jackc/pgx/v5/stdlib_test [github.com/jackc/pgx/v5/stdlib.test]","Action":"build-output","Output":"# github.com/jackc/pgx/v5/stdlib_test\n"}`,
+		`{"ImportPath":"github.com/jackc/pgx/v5/stdlib_test [github.com/jackc/pgx/v5/stdlib.test]","Action":"build-output","Output":"stdlib/sql_test.go:25:2: \"github.com/jackc/pgx/v5/pgxpool\" imported and not used\n"}`,
+		`{"ImportPath":"github.com/jackc/pgx/v5/stdlib_test [github.com/jackc/pgx/v5/stdlib.test]","Action":"build-fail"}`,
+		`{"Action":"start","Package":"`+pkgA+`"}`,
+		`{"Action":"output","Package":"`+pkgA+`","Output":"FAIL\t`+pkgA+` [build failed]\n"}`,
+		`{"Action":"fail","Package":"`+pkgA+`","Elapsed":0,"FailedBuild":"github.com/jackc/pgx/v5/stdlib_test [github.com/jackc/pgx/v5/stdlib.test]"}`,
+	)
+	run, err := ParseEvents(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := run[pkgA]
+	if p == nil || !strings.Contains(p.BuildFailed, "imported and not used") {
+		t.Fatalf("BuildFailed = %+v", p)
+	}
+}
+
+func TestParseEventsCapsOutput(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`{"Action":"run","Package":"p","Test":"TestX"}` + "\n")
+	line := `{"Action":"output","Package":"p","Test":"TestX","Output":"` + strings.Repeat("x", 1000) + `\n"}` + "\n"
+	for range 100 {
+		b.WriteString(line)
+	}
+	run, err := ParseEvents(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(run["p"].Tests["TestX"].Output); n != maxOutput {
+		t.Errorf("output kept %d bytes, want %d", n, maxOutput)
+	}
+}
+
+func result(tests map[string]Outcome) *PackageResult {
+	p := &PackageResult{Tests: map[string]*TestResult{}}
+	for name, o := range tests {
+		p.Tests[name] = &TestResult{Outcome: o, Output: "out of " + name}
+	}
+	return p
+}
+
+func TestRegressions(t *testing.T) {
+	plain := result(map[string]Outcome{
+		"TestOK": Pass, "TestBroken": Pass, "TestBroken/sub": Pass, "TestBroken/sub2": Pass,
+		"TestPlainFails": Fail, "TestGone": Pass, "TestSkipped": Pass, "TestSkipBoth": Skip, "TestHung": Pass,
+	})
+	guarded := result(map[string]Outcome{
+		"TestOK": Pass, "TestBroken": Fail, "TestBroken/sub": Fail, "TestBroken/sub2": Pass,
+		"TestPlainFails": Fail, "TestSkipped": Skip, "TestSkipBoth": Skip, "TestHung": Incomplete,
+		"TestOnlyGuarded": Fail,
+	})
+	regs := Regressions(plain, guarded)
+	var got []string
+	for _, r := range regs {
+		got = append(got, r.Test+"="+string(r.Guarded))
+	}
+	want := "TestBroken=fail TestBroken/sub=fail TestGone=not run TestHung=incomplete TestSkipped=skip"
+	if strings.Join(got, " ") != want {
+		t.Errorf("Regressions = %v, want %s", got, want)
+	}
+	if regs[0].Output != "out of TestBroken" {
+		t.Errorf("regression output %q", regs[0].Output)
+	}
+	groups := groupRegressions(regs)
+	if len(groups) != 4 || len(groups[0].subs) != 1 || countTop(regs) != 4 {
+		t.Errorf("groups = %+v", groups)
+	}
+	if Regressions(nil, guarded) != nil {
+		t.Error("no plain result: regressions")
+	}
+	if n := len(Regressions(plain, nil)); n != 7 {
+		t.Errorf("guarded did not run: %d regressions, want every plain pass (7)", n)
+	}
+}
+
+func TestReason(t *testing.T) {
+	for _, tc := range []struct{ out, want string }{
+		{"=== RUN   TestX\npanic: interface conversion: driver.Conn is *pgadvisory.conn, not *stdlib.Conn [recovered]\n", "panic: interface conversion: driver.Conn is *pgadvisory.conn, not *stdlib.Conn [recovered]"},
+		{"=== RUN   TestX\n    sql_test.go:10: \n        \tError Trace:\tsql_test.go:10\n        \tError:      \tReceived unexpected error:\n        \t            \tboom\n        \tTest:       \tTestX\n", "Received unexpected error: boom"},
+		{"=== RUN   TestX\n    x_test.go:3: plain message\n--- FAIL: TestX (0.00s)\n", "x_test.go:3: plain message"},
+		{"", ""},
+	} {
+		if got := Reason(tc.out); got != tc.want {
+			t.Errorf("Reason(%q) = %q, want %q", tc.out, got, tc.want)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	plain := result(map[string]Outcome{"TestA": Pass, "TestB": Pass, "TestB/x": Pass})
+	guarded := result(map[string]Outcome{"TestA": Pass, "TestB": Fail, "TestB/x": Fail})
+	guarded.Tests["TestB"].Output = "=== RUN   TestB\n"
+	guarded.Tests["TestB/x"].Output = "    Error:  \tnot equal\n"
+	targets := []target{{name: "postgres"}}
+	results := map[string]map[string]Run{"postgres": {
+		"plain":   {pkgPath("stdlib"): plain, pkgPath("pgxpool"): plain},
+		"guarded": {pkgPath("stdlib"): guarded},
+	}}
+	var b strings.Builder
+	n := report(&b, "v5.0.0", targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, false)
+	out := b.String()
+	if n != 1 {
+		t.Errorf("report counted %d regressions, want 1", n)
+	}
+	for _, want := range []string{
+		"stdlib   postgres  2/0/0 [3/0/0]  1/1/0 [1/2/0]  1",
+		"pgxpool  postgres  2/0/0 [3/0/0]  not run        -",
+		"pgxpool guarded: not run: pgadvisory.ConfigurePool is missing",
+		"regressions: stdlib via postgres",
+		"TestB", "x: not equal (+1 subtests)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestListedAndMissing(t *testing.T) {
+	out := "TestA\nTestB\nExampleC\nBenchmarkD\nok  \tgithub.com/jackc/pgx/v5/stdlib\t0.01s\n"
+	listed := ListedTests(out)
+	if strings.Join(listed, " ") != "TestA TestB ExampleC" {
+		t.Fatalf("ListedTests = %v", listed)
+	}
+	p := result(map[string]Outcome{"TestA": Pass, "TestB/x": Fail})
+	missing := Missing(p, listed)
+	if strings.Join(missing, " ") != "TestB ExampleC" {
+		t.Errorf("Missing = %v", missing)
+	}
+	if got := RunPattern([]string{"TestB", "Test.C"}); got != `^(TestB|Test\.C)$` {
+		t.Errorf("RunPattern = %s", got)
+	}
+}
+
+func TestMergeAndPanicked(t *testing.T) {
+	p := result(map[string]Outcome{"TestA": Pass, "TestB": Fail})
+	p.Tests["TestB"].Output = "=== RUN   TestB\npanic: interface conversion [recovered]\n"
+	if got := Panicked(p); got != "TestB" {
+		t.Errorf("Panicked = %q", got)
+	}
+	q := result(map[string]Outcome{"TestB": Pass, "TestC": Pass, "TestC/x": Pass})
+	if added := p.Merge(q); added != 1 {
+		t.Errorf("Merge added %d top-level tests, want 1", added)
+	}
+	if p.Tests["TestB"].Outcome != Fail || p.Tests["TestC/x"] == nil {
+		t.Errorf("Merge overwrote a result or lost a subtest: %+v", p.Tests)
+	}
+	if Panicked(result(map[string]Outcome{"TestA": Fail})) != "" {
+		t.Error("a failure without a panic counted as one")
+	}
+}
