@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strconv"
 	"unicode/utf8"
 )
@@ -31,6 +32,24 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// foreign turns a runtime panic inside a database handle into an error:
+// *sql.DB and *sql.Tx have no usable zero value (&sql.DB{} instead of
+// sql.Open), and a foreign Querier may break database/sql's contract (a nil
+// *sql.Row). Deferred only around code that runs none of the caller's
+// callbacks, whose panics stay theirs.
+func foreign(fn string, err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if re, ok := p.(runtime.Error); ok {
+		*err = fmt.Errorf("advisory: %s: the database handle is not usable (%v): "+
+			"make it with sql.Open or sql.OpenDB and begin transactions with its BeginTx", fn, re)
+		return
+	}
+	panic(p)
 }
 
 // maxEcho is how many bytes of a caller's string an error message repeats.

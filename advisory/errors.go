@@ -80,6 +80,9 @@ type LockError struct {
 // the value pg_locks shows ("42", "(7,42)") followed, for a NamespacedKey
 // or KeyFromString key, by the names it was made from.
 func (e *LockError) Error() string {
+	if e == nil {
+		return "advisory: <nil *LockError>"
+	}
 	msg := "advisory: " + e.Op + " key " + e.Key.describe()
 	if e.Kind != nil {
 		msg += ": " + trimPrefix(e.Kind.Error())
@@ -92,6 +95,9 @@ func (e *LockError) Error() string {
 
 // Unwrap returns Kind and Err (whichever are set), for errors.Is/As.
 func (e *LockError) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	var errs []error
 	if e.Kind != nil {
 		errs = append(errs, e.Kind)
@@ -143,6 +149,9 @@ type PoolModeError struct {
 
 // Error explains the refusal and how to fix it.
 func (e *PoolModeError) Error() string {
+	if e == nil {
+		return "advisory: <nil *PoolModeError>"
+	}
 	if e.Mode == poolmode.Unknown {
 		return "advisory: session lock refused: pool mode unknown; the driver connection does not implement " +
 			"interface{ PoolMode() poolmode.Mode } (the pgadvisory driver does), so declare it with " +
@@ -167,6 +176,9 @@ type StaleTokenError struct {
 
 // Error names the resource and both tokens.
 func (e *StaleTokenError) Error() string {
+	if e == nil {
+		return "advisory: <nil *StaleTokenError>"
+	}
 	return fmt.Sprintf("advisory: stale fencing token for %q: presented %d, highest seen %d", capInput(e.Resource), e.Token, e.Highest)
 }
 

@@ -43,10 +43,11 @@ const (
 func FencingSchemaStatements() []string { return []string{fencingSeqDDL, fencingTableDDL} }
 
 // CreateFencingSchema runs FencingSchemaStatements on db.
-func CreateFencingSchema(ctx context.Context, db Querier) error {
+func CreateFencingSchema(ctx context.Context, db Querier) (err error) {
 	if err := badArgs("CreateFencingSchema", ctx, db, "database handle"); err != nil {
 		return err
 	}
+	defer foreign("CreateFencingSchema", &err)
 	return createFencingSchema(ctx, "CreateFencingSchema", querierStmts{db})
 }
 
@@ -88,13 +89,14 @@ const (
 // The transaction that carries the check need not be the one that holds the
 // lock, and need not even run on the same database connection; it must run
 // on the database that holds pgadvisory_fence.
-func CheckToken(ctx context.Context, tx Querier, resource string, token Token) error {
+func CheckToken(ctx context.Context, tx Querier, resource string, token Token) (err error) {
 	if err := badArgs("CheckToken", ctx, tx, "transaction"); err != nil {
 		return err
 	}
 	if _, ok := tx.(Beginner); ok {
 		return fmt.Errorf("advisory: CheckToken needs the transaction that writes the resource, got %T", tx)
 	}
+	defer foreign("CheckToken", &err)
 	return checkToken(ctx, "CheckToken", querierStmts{tx}, resource, token)
 }
 
@@ -131,12 +133,20 @@ type FencingSchemaError struct {
 
 // Error names the cause and the fix.
 func (e *FencingSchemaError) Error() string {
+	if e == nil || e.Err == nil {
+		return "advisory: fencing schema missing (run advisory.CreateFencingSchema)"
+	}
 	return e.Err.Error() + " (the fencing schema is missing: run advisory.CreateFencingSchema " +
 		"(pgxadvisory.CreateFencingSchema with pgx), or advisory.FencingSchema from a migration, on this database)"
 }
 
 // Unwrap returns the server's error.
-func (e *FencingSchemaError) Unwrap() error { return e.Err }
+func (e *FencingSchemaError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // fencingHint adds the CreateFencingSchema hint to an undefined_table error.
 func fencingHint(err error) error {

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,10 +79,11 @@ func Waiters(ctx context.Context, db Querier, key Key) ([]LockInfo, error) {
 	return queryLocks(ctx, db, &key, &granted)
 }
 
-func queryLocks(ctx context.Context, db Querier, key *Key, granted *bool) ([]LockInfo, error) {
+func queryLocks(ctx context.Context, db Querier, key *Key, granted *bool) (_ []LockInfo, err error) {
 	if err := badArgs("list locks", ctx, db, "database handle"); err != nil {
 		return nil, err
 	}
+	defer foreign("list locks", &err)
 	var subID, classID, objID, g any // NULL unless filtered
 	if key != nil {
 		c, o, s := key.lockIDs()
@@ -91,6 +93,9 @@ func queryLocks(ctx context.Context, db Querier, key *Key, granted *bool) ([]Loc
 		g = *granted
 	}
 	rows, err := db.QueryContext(ctx, locksSQL, subID, classID, objID, g)
+	if err == nil && rows == nil {
+		err = errors.New("QueryContext returned neither rows nor an error")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("advisory: list locks: %w", err)
 	}

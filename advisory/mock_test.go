@@ -261,8 +261,10 @@ func TestWithXactLockCommitAndRollback(t *testing.T) {
 	key := advisory.IntKey(5)
 	expectLock := func(m sqlmock.Sqlmock) {
 		m.ExpectBegin()
+		// The wait for the connection (BEGIN) comes out of WithTimeout,
+		// so the lock gets at most the 2s.
 		m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-			WithArgs("2000ms", int64(5)).WillReturnResult(sqlmock.NewResult(0, 1))
+			WithArgs(msAtMost(2*time.Second), int64(5)).WillReturnResult(sqlmock.NewResult(0, 1))
 	}
 	opt := advisory.WithTimeout(2 * time.Second)
 

@@ -71,7 +71,7 @@ type SessionLock struct {
 // ErrConnTimeout). The context ctx bounds the acquisition only; the lock
 // lives until Release or loss. Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
 // WithHealthInterval.
-func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (*SessionLock, error) {
+func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (_ *SessionLock, err error) {
 	c, err := newConfig("HoldSession", optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
 	if err != nil {
 		return nil, err
@@ -79,6 +79,7 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 	if err := badArgs("HoldSession", ctx, db, "database handle"); err != nil {
 		return nil, err
 	}
+	defer foreign("HoldSession", &err)
 	if err := ctx.Err(); err != nil {
 		return nil, classify(ctx, "session lock", key, err)
 	}
@@ -162,29 +163,66 @@ func discard(conn *sql.Conn) {
 }
 
 // Key returns the lock key.
-func (l *SessionLock) Key() Key { return l.key }
+func (l *SessionLock) Key() Key {
+	if l == nil {
+		return Key{}
+	}
+	return l.key
+}
+
+// errNotHeld is what a SessionLock that HoldSession did not return (nil,
+// or a zero value) reports.
+var errNotHeld = errors.New("advisory: SessionLock not returned by HoldSession (nil or zero value): it holds nothing")
+
+// notHeld is the closed context of such a lock.
+var notHeld = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errNotHeld)
+	return ctx
+}()
+
+// made reports whether l came from HoldSession.
+func (l *SessionLock) made() bool { return l != nil && l.ctx != nil }
 
 // PID returns the server process that holds the lock (pg_backend_pid of
 // the pinned connection).
-func (l *SessionLock) PID() int { return l.pid }
+func (l *SessionLock) PID() int {
+	if l == nil {
+		return 0
+	}
+	return l.pid
+}
 
 // Token returns the fencing token read when the lock was granted (zero
 // without WithFencing).
-func (l *SessionLock) Token() Token { return l.token }
+func (l *SessionLock) Token() Token {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Done returns a channel that closes when the lock may have been lost or
 // has been released.
-func (l *SessionLock) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *SessionLock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Context returns a context that is canceled when the lock may have been
 // lost or has been released; context.Cause tells which (an error matching
 // ErrLockLost, or ErrReleased). It carries the values of the context
 // passed to HoldSession. Run the owner's work under it.
-func (l *SessionLock) Context() context.Context { return l.ctx }
+func (l *SessionLock) Context() context.Context {
+	if !l.made() {
+		return notHeld
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lock is believed held, an error matching
 // ErrLockLost once it may be lost, and ErrReleased after Release.
 func (l *SessionLock) Err() error {
+	if !l.made() {
+		return errNotHeld
+	}
 	if l.ctx.Err() == nil {
 		return nil
 	}
@@ -251,7 +289,16 @@ func (l *SessionLock) check() error {
 // after a clean unlock; otherwise it is closed, which ends the server
 // session and any lock it still had. Release after a loss returns the loss;
 // a second Release returns nil.
+//
+// A nil ctx is an error that changes nothing: the lock stays held and
+// checked, and a later Release with a context releases it.
 func (l *SessionLock) Release(ctx context.Context) error {
+	if !l.made() {
+		return errNotHeld
+	}
+	if ctx == nil {
+		return fmt.Errorf("advisory: Release key %s: nil context; the lock is still held", l.key.describe())
+	}
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()

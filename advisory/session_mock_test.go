@@ -79,7 +79,7 @@ func TestHoldSessionDriverModeWins(t *testing.T) {
 func expectSessionLock(mock sqlmock.Sqlmock, pid int) {
 	mock.ExpectQuery("SELECT pg_backend_pid()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"pid"}).AddRow(pid))
 	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_lock($2)").
-		WithArgs("3000ms", int64(11)).WillReturnResult(sqlmock.NewResult(0, 1))
+		WithArgs(msAtMost(3*time.Second), int64(11)).WillReturnResult(sqlmock.NewResult(0, 1)) // what the connection wait left
 }
 
 func TestHoldSessionRelease(t *testing.T) {

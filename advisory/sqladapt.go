@@ -27,7 +27,7 @@ func (t sqlTx) Exec(ctx context.Context, query string, args ...any) error {
 }
 
 func (t sqlTx) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return t.tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+	return scanRow(t.tx.QueryRowContext(ctx, query, args...), dest)
 }
 
 func (t sqlTx) Commit(context.Context) error { return t.tx.Commit() }
@@ -48,7 +48,7 @@ func (c sqlConn) Exec(ctx context.Context, query string, args ...any) error {
 }
 
 func (c sqlConn) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return c.conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+	return scanRow(c.conn.QueryRowContext(ctx, query, args...), dest)
 }
 
 // querierStmts adapts a caller's Querier (*sql.Tx, *sqlx.Tx, ...).
@@ -60,5 +60,13 @@ func (q querierStmts) Exec(ctx context.Context, query string, args ...any) error
 }
 
 func (q querierStmts) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
-	return q.q.QueryRowContext(ctx, query, args...).Scan(dest...)
+	return scanRow(q.q.QueryRowContext(ctx, query, args...), dest)
+}
+
+// scanRow scans row, which a foreign Querier may return as nil.
+func scanRow(row *sql.Row, dest []any) error {
+	if row == nil {
+		return errors.New("QueryRowContext returned a nil *sql.Row")
+	}
+	return row.Scan(dest...)
 }

@@ -66,10 +66,14 @@ func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context
 	if fn != nil {
 		body = func(ctx context.Context, t bridge.Tx) error { return fn(ctx, t.(sqlTx).tx) }
 	}
-	begin := func(ctx context.Context, o *sql.TxOptions) (bridge.Tx, error) {
+	begin := func(ctx context.Context, o *sql.TxOptions) (_ bridge.Tx, err error) {
+		defer foreign("WithXactLock", &err)
 		tx, err := db.BeginTx(ctx, o)
 		if err != nil {
 			return nil, err
+		}
+		if tx == nil {
+			return nil, errors.New("BeginTx returned neither a transaction nor an error")
 		}
 		return sqlTx{tx}, nil
 	}
@@ -210,10 +214,11 @@ func leaseLost(key Key, err error) error {
 //
 // Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
 // RestoreLockTimeout.
-func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) error {
+func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (err error) {
 	if err := needTx("XactLock", ctx, tx); err != nil {
 		return err
 	}
+	defer foreign("XactLock", &err)
 	return xactLock(ctx, "XactLock", querierStmts{tx}, key, opts)
 }
 
@@ -242,10 +247,11 @@ func xactLock(ctx context.Context, fn string, tx bridge.Stmts, key Key, opts []L
 //
 // Options: Shared, WithLease, WithFencing (the token is set only when the
 // lock is granted).
-func TryXactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (bool, error) {
+func TryXactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (_ bool, err error) {
 	if err := needTx("TryXactLock", ctx, tx); err != nil {
 		return false, err
 	}
+	defer foreign("TryXactLock", &err)
 	return tryXactLock(ctx, "TryXactLock", querierStmts{tx}, key, opts)
 }
 
