@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,7 +18,8 @@ import (
 )
 
 // Environment of the helper process: a re-executed test binary that takes a
-// lock, says "locked" on stdout and waits to be killed.
+// lock, says "locked" on stdout and waits to be killed (or for its stdin to
+// close).
 const (
 	helperEnv     = "PGADVISORY_ADVISORY_HELPER" // "xact" or "session"
 	helperDSNEnv  = "PGADVISORY_ADVISORY_HELPER_DSN"
@@ -61,7 +63,12 @@ func helperMain() int {
 		return 2
 	}
 	fmt.Println(helperReadyLn)
-	select {} // hold until killed
+	// Hold until killed. Not select{}: without cgo the runtime sees every
+	// goroutine asleep, reports a deadlock and exits, which releases the
+	// lock early. Reading stdin blocks in a system call instead, and ends
+	// when the parent goes away, so a crashed test leaves no holder behind.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 3
 }
 
 // startHolder runs the helper and returns once it holds key.
@@ -73,6 +80,9 @@ func startHolder(t *testing.T, mode, dsn string, key advisory.Key) *exec.Cmd {
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil { // kept open: the helper holds until it closes
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
