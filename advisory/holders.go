@@ -38,6 +38,18 @@ type LockInfo struct {
 	ClientAddr      string
 	State           string
 	Query           string
+	// ClientPort is the client's TCP port (0 for a Unix socket or when
+	// hidden). Behind a pooler, client address and port are the pooler's
+	// end of its server connection.
+	ClientPort int
+	// BackendType is pg_stat_activity.backend_type ("client backend" for
+	// connections of clients and poolers).
+	BackendType string
+	// Self is true when the lock is held or awaited by the very backend
+	// that answered the listing. Through a transaction pooler that means
+	// the pooler lent this client a backend that still holds somebody
+	// else's session lock: the listing statement takes no lock itself.
+	Self bool
 	// XactStart is when the session's current transaction began (zero
 	// outside a transaction).
 	XactStart time.Time
@@ -50,7 +62,8 @@ const locksSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid
 	(to_jsonb(l) ->> 'waitstart')::timestamptz,
 	CASE WHEN l.granted THEN '' ELSE array_to_string(pg_blocking_pids(l.pid), ',') END,
 	coalesce(a.usename, ''), coalesce(a.application_name, ''), coalesce(host(a.client_addr), ''),
-	coalesce(a.state, ''), coalesce(a.query, ''), a.xact_start
+	coalesce(a.state, ''), coalesce(a.query, ''), a.xact_start,
+	coalesce(a.client_port, 0), coalesce(a.backend_type, ''), l.pid = pg_backend_pid()
 FROM pg_locks l
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory'
@@ -110,7 +123,8 @@ func queryLocks(ctx context.Context, db Querier, key *Key, granted *bool) (_ []L
 			blocked             string
 		)
 		if err := rows.Scan(&classID, &objID, &subID, &li.PID, &li.Mode, &li.Granted, &waitStart, &blocked,
-			&li.User, &li.ApplicationName, &li.ClientAddr, &li.State, &li.Query, &xactTime); err != nil {
+			&li.User, &li.ApplicationName, &li.ClientAddr, &li.State, &li.Query, &xactTime,
+			&li.ClientPort, &li.BackendType, &li.Self); err != nil {
 			return nil, fmt.Errorf("advisory: list locks: %w", err)
 		}
 		k, ok := keyFromLockIDs(classID, objID, subID)

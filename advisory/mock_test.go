@@ -362,12 +362,12 @@ func TestCheckToken(t *testing.T) {
 func TestHoldersDecodesKeys(t *testing.T) {
 	db, mock := newMock(t)
 	cols := []string{"classid", "objid", "objsubid", "pid", "mode", "granted", "waitstart", "blocked",
-		"usename", "application_name", "client_addr", "state", "query", "xact_start"}
+		"usename", "application_name", "client_addr", "state", "query", "xact_start", "client_port", "backend_type", "self"}
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	mock.ExpectQuery(advisory.LocksSQL).WithArgs(nil, nil, nil, nil).WillReturnRows(sqlmock.NewRows(cols).
-		AddRow(int64(0xffffffff), int64(0xfffffffe), int32(1), 100, "ExclusiveLock", true, nil, "", "app", "worker", "10.0.0.1", "idle in transaction", "SELECT 1", since).
-		AddRow(int64(0xffffffff), int64(0xfffffffe), int32(1), 101, "ExclusiveLock", false, since, "100", "app", "worker", "", "active", "SELECT pg_advisory_xact_lock($1)", since).
-		AddRow(int64(0xfffffffd), int64(4), int32(2), 102, "ShareLock", true, nil, "", "app", "", "", "idle", "", nil))
+		AddRow(int64(0xffffffff), int64(0xfffffffe), int32(1), 100, "ExclusiveLock", true, nil, "", "app", "worker", "10.0.0.1", "idle in transaction", "SELECT 1", since, 5432, "client backend", true).
+		AddRow(int64(0xffffffff), int64(0xfffffffe), int32(1), 101, "ExclusiveLock", false, since, "100", "app", "worker", "", "active", "SELECT pg_advisory_xact_lock($1)", since, 0, "client backend", false).
+		AddRow(int64(0xfffffffd), int64(4), int32(2), 102, "ShareLock", true, nil, "", "app", "", "", "idle", "", nil, 0, "client backend", false))
 	got, err := advisory.Locks(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +375,8 @@ func TestHoldersDecodesKeys(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("got %d rows, want 3", len(got))
 	}
-	if got[0].Key != advisory.IntKey(-2) || !got[0].Granted || got[0].PID != 100 || got[0].ClientAddr != "10.0.0.1" {
+	if got[0].Key != advisory.IntKey(-2) || !got[0].Granted || got[0].PID != 100 || got[0].ClientAddr != "10.0.0.1" ||
+		got[0].ClientPort != 5432 || got[0].BackendType != "client backend" || !got[0].Self || got[1].Self {
 		t.Errorf("row 0 = %+v", got[0])
 	}
 	if got[1].Key != advisory.IntKey(-2) || got[1].Granted || len(got[1].BlockedBy) != 1 || got[1].BlockedBy[0] != 100 || !got[1].WaitingSince.Equal(since) {
