@@ -26,9 +26,11 @@ func runDetect(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	adminUser := fs.String("admin-user", "", "PgBouncer admin-console user (password from $"+adminPasswordEnv+"); asks SHOW POOLS for the mode")
 	adminDSN := fs.String("admin-dsn", "", "PgBouncer admin-console DSN (instead of -admin-user)")
+	fallback := fs.Bool("admin-fallback", false, "when the admin console cannot be asked (wrong password, not PgBouncer), print what detection without it concludes and exit 0")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: pgadvisory detect [-admin-user USER | -admin-dsn DSN] DSN")
+		fmt.Fprintln(stderr, "Usage: pgadvisory detect [-admin-user USER | -admin-dsn DSN [-admin-fallback]] DSN")
 		fmt.Fprintln(stderr, "\nConnects once, as the pgadvisory driver would, and prints what it concludes.")
+		fmt.Fprintln(stderr, "A failed admin-console login is an error (exit 1) unless -admin-fallback is given.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,7 +67,14 @@ func runDetect(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !ok {
 		return fmt.Errorf("unexpected connection type %T", dc)
 	}
-	printDetection(stdout, pc.PoolMode(), pc.Evidence())
+	ev := pc.Evidence()
+	printDetection(stdout, pc.PoolMode(), ev)
+	if (*adminDSN != "" || *adminUser != "") && ev.AdminError != "" && !*fallback {
+		// The conclusion above comes from the fallback evidence; an
+		// operator who asked for the admin console must not mistake it
+		// for SHOW POOLS.
+		return fmt.Errorf("admin console: %s; the conclusion above is without it (pass -admin-fallback to accept that)", ev.AdminError)
+	}
 	return nil
 }
 

@@ -39,6 +39,28 @@ func TestDetectAgainstHarness(t *testing.T) {
 		{"transaction-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}, []string{"PgBouncer in transaction pooling mode", "pool_mode=transaction", "bouncer", "cache_describe"}},
 		{"session-admin-dsn", []string{"-admin-dsn", c.AdminDSN(pgbouncer.Session), c.DSN(pgbouncer.Session)}, []string{"PgBouncer in session pooling mode", "pool_mode=session"}},
 	}
+	t.Run("wrong-admin-password", func(t *testing.T) {
+		t.Setenv(adminPasswordEnv, "not-"+c.AdminPassword())
+		args := []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}
+		var out, errb bytes.Buffer
+		err := runDetect(t.Context(), args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), "admin console") || !strings.Contains(err.Error(), "-admin-fallback") {
+			t.Fatalf("err = %v; want an admin-console error naming -admin-fallback", err)
+		}
+		if strings.Contains(err.Error()+out.String()+errb.String(), "not-"+c.AdminPassword()) {
+			t.Fatal("admin password printed")
+		}
+		if code := run(t.Context(), append([]string{"detect"}, args...), &out, &errb); code != 1 {
+			t.Fatalf("exit code %d; want 1", code)
+		}
+		out.Reset()
+		if err := runDetect(t.Context(), append([]string{"-admin-fallback"}, args...), &out, &errb); err != nil {
+			t.Fatalf("-admin-fallback: %v", err)
+		}
+		if !strings.Contains(out.String(), "admin console failed") || !strings.Contains(out.String(), "pool mode:  transaction") {
+			t.Fatalf("-admin-fallback output:\n%s", out.String())
+		}
+	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
