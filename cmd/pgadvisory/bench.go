@@ -27,7 +27,7 @@ import (
 )
 
 func init() {
-	register(command{name: "bench", summary: "benchmark lock cycles: naive pattern, WithXactLock over pgx and pgadvisory, Redlock", run: runBench})
+	register(command{name: "bench", summary: "benchmark lock cycles: naive pattern, WithXactLock over pgx and pgadvisory, pgxadvisory over pgxpool, Redlock", run: runBench})
 }
 
 // Names of the workloads, the variants and the goals' workload.
@@ -41,7 +41,7 @@ const (
 
 var (
 	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
-	allVariants  = []string{"a", "b", "c", "d", "e"}
+	allVariants  = []string{"a", "b", "c", "d", "e", "f"}
 	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
 )
 
@@ -79,7 +79,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
-	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling)")
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
 	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
 	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
@@ -96,7 +96,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "Usage: pgadvisory bench [flags]")
 		fmt.Fprintln(stderr, "\nMeasures lock cycles side by side in one run: (a) the naive four-round-trip")
 		fmt.Fprintln(stderr, "pattern over pgxpool, (b) advisory.WithXactLock over pgx stdlib, (c) the same over")
-		fmt.Fprintln(stderr, "the pgadvisory driver, each directly and through PgBouncer in transaction mode, and")
+		fmt.Fprintln(stderr, "the pgadvisory driver, (e) the raw pgx Batch ceiling, (f) pgxadvisory.WithXactLock")
+		fmt.Fprintln(stderr, "over pgxpool, each directly and through PgBouncer in transaction mode, and")
 		fmt.Fprintln(stderr, "(d) Redlock over independent redis-server instances. Progress goes to stderr,")
 		fmt.Fprintln(stderr, "the Markdown report to stdout.")
 		fs.PrintDefaults()
@@ -229,7 +230,8 @@ func redactURLError(err error) error {
 func (o *benchOptions) has(list []string, item string) bool { return slices.Contains(list, item) }
 
 func (o *benchOptions) needPostgres() bool {
-	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.has(o.variants, "e") || o.overhead
+	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.has(o.variants, "e") ||
+		o.has(o.variants, "f") || o.overhead
 }
 
 func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr io.Writer) (err error) {
@@ -485,8 +487,8 @@ func (o *benchOptions) workloadList() []bench.Workload {
 	return ws
 }
 
-// lockVariants builds the selected variants in report order: a, b, c
-// direct, then a, b, c through PgBouncer, then d.
+// lockVariants builds the selected variants in report order: a, b, c, e, f
+// direct, then the same through PgBouncer, then d.
 func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 	var vs []bench.Variant
 	for _, p := range o.paths {
@@ -514,6 +516,8 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 				vs = append(vs, bench.XactLock("c", "WithXactLock, pgadvisory driver", bench.PgadvisoryDriver, dsn, path, o.lockTimeout))
 			case "e":
 				vs = append(vs, bench.PgxBatch("e", safe, path, o.lockTimeout))
+			case "f":
+				vs = append(vs, bench.PgxXactLock("f", safe, path, o.lockTimeout))
 			}
 		}
 	}
@@ -587,8 +591,8 @@ func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd flo
 
 func (o *benchOptions) notes() []string {
 	return []string{
-		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock: BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement.",
-		fmt.Sprintf("Through PgBouncer, (a) and (b) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
+		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock: BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement. (f) runs the same lock code through pgxadvisory.WithXactLock on pgxpool, without database/sql: three round trips.",
+		fmt.Sprintf("Through PgBouncer, (a), (b), (e) and (f) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
 		"(d) uses redsync's defaults: 8 s expiry, up to 32 tries 50–250 ms apart, quorum of a majority; a contended Redlock sleeps and retries where PostgreSQL queues the waiter, so its contended latency is dominated by the retry delay.",
 		"Latency columns are acquisition latency; throughput counts full cycles (acquire and release).",
 	}

@@ -102,6 +102,7 @@ func TestBenchSmoke(t *testing.T) {
 		"| direct | (a) naive", "| direct | (b) WithXactLock, pgx stdlib", "| direct | (c) WithXactLock, pgadvisory driver",
 		"| pgbouncer | (a) naive", "| pgbouncer | (b) WithXactLock, pgx stdlib", "| pgbouncer | (c) WithXactLock, pgadvisory driver",
 		"| direct | (e) raw pgx Batch", "| pgbouncer | (e) raw pgx Batch",
+		"| direct | (f) pgxadvisory.WithXactLock, pgxpool", "| pgbouncer | (f) pgxadvisory.WithXactLock, pgxpool",
 		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
 		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
 		// Always profiled; -cpuprofile also keeps the file.

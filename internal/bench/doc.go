@@ -8,7 +8,8 @@
 // A Variant is one way of taking a lock on one Path (PostgreSQL directly,
 // through PgBouncer, or Redis): Naive (BEGIN; SET LOCAL lock_timeout;
 // pg_advisory_xact_lock; COMMIT over pgxpool — four round trips), XactLock
-// (advisory.WithXactLock over database/sql with a given driver), Redlock
+// (advisory.WithXactLock over database/sql with a given driver),
+// PgxXactLock (pgxadvisory.WithXactLock over pgxpool), Redlock
 // (redsync over independent Redis masters). SelectInt measures driver
 // overhead on a one-statement round trip. A Workload is a number of workers
 // drawing keys uniformly from a key set. Run opens each variant for each

@@ -17,6 +17,7 @@ import (
 	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
+	"github.com/pgadvisory/pgadvisory/advisory/pgxadvisory"
 )
 
 // DefaultLockTimeout is the lock_timeout every PostgreSQL variant sets for
@@ -237,6 +238,41 @@ func (x *xactTarget) Cycle(ctx context.Context, key int64) (time.Duration, error
 }
 
 func (x *xactTarget) Close() error { return x.db.Close() }
+
+// PgxXactLock is variant (f): pgxadvisory.WithXactLock over pgxpool — the
+// same lock as (b) and (c) (one SELECT set_config('lock_timeout', …),
+// pg_advisory_xact_lock(…) between BEGIN and COMMIT, typed errors), for
+// pgx-native code, without database/sql.
+func PgxXactLock(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	name := "pgxadvisory.WithXactLock, pgxpool"
+	return Variant{
+		ID: id, Name: name, Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			pool, err := openPgxpool(ctx, dsn, conns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			return &pgxXactTarget{pool: pool, opt: advisory.WithTimeout(lockTimeout)}, nil
+		},
+	}
+}
+
+type pgxXactTarget struct {
+	pool *pgxpool.Pool
+	opt  advisory.LockOption
+}
+
+func (x *pgxXactTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	var acq time.Duration
+	err := pgxadvisory.WithXactLock(ctx, x.pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error {
+		acq = time.Since(start)
+		return nil
+	}, x.opt)
+	return acq, err
+}
+
+func (x *pgxXactTarget) Close() error { x.pool.Close(); return nil }
 
 // Redlock is variant (d): github.com/go-redsync/redsync/v4 with go-redis v9
 // clients over the independent Redis masters addrs, with redsync's
