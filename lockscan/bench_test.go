@@ -3,8 +3,6 @@ package lockscan
 import (
 	"strings"
 	"testing"
-
-	pg_query "github.com/pganalyze/pg_query_go/v6"
 )
 
 // benchPlain is an ordinary 200-byte query without a lock.
@@ -102,13 +100,13 @@ func BenchmarkParseStrategies(b *testing.B) {
 	b.Run("json-walk", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := scanQuery(benchLock); err != nil {
+			if _, err := scanQuery(benchLock, reading{}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("json-read", func(b *testing.B) {
-		js, err := pg_query.ParseToJSON(benchLock)
+		js, err := parseToJSON(benchLock, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,35 +120,10 @@ func BenchmarkParseStrategies(b *testing.B) {
 	b.Run("json-only", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := pg_query.ParseToJSON(benchLock); err != nil {
+			if _, err := parseToJSON(benchLock, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	b.Run("protobuf-walk", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			tree, err := pg_query.Parse(benchLock)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n := 0
-			walkProto(tree.ProtoReflect(), &n)
-			if n == 0 {
-				b.Fatal("no FuncCall found")
-			}
-		}
-	})
-	b.Run("summary", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			s, err := pg_query.Summary(benchLock, -1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(s.Functions) == 0 {
-				b.Fatal("no function found")
-			}
-		}
-	})
+	benchCgoStrategies(b)
 }

@@ -26,6 +26,7 @@ type corpusCase struct {
 
 type expCall struct {
 	fn, text string
+	kind     Kind // calls only
 }
 
 func loadCorpus(t testing.TB) []corpusCase {
@@ -69,8 +70,14 @@ func loadCorpus(t testing.TB) []corpusCase {
 				if err != nil {
 					t.Fatalf("corpus line %d: %v", n, err)
 				}
-				cur.dyn = append(cur.dyn, expCall{fields[1], txt})
+				cur.dyn = append(cur.dyn, expCall{fields[1], txt, 0})
 				continue
+			}
+			kind := KindCall
+			for _, kk := range []Kind{KindAttribute, KindReference} {
+				if p := kk.String() + " "; strings.HasPrefix(line, p) {
+					kind, line = kk, line[len(p):]
+				}
 			}
 			fields = strings.SplitN(line, " ", 2)
 			if len(fields) != 2 {
@@ -83,7 +90,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 			if _, ok := advisoryFuncs[fields[0]]; !ok {
 				t.Fatalf("corpus line %d: unknown function %q", n, fields[0])
 			}
-			cur.calls = append(cur.calls, expCall{fields[0], txt})
+			cur.calls = append(cur.calls, expCall{fields[0], txt, kind})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -137,20 +144,20 @@ func TestCorpus(t *testing.T) {
 				if c.Scope != info.scope || c.Op != info.op || c.Shared != info.shared {
 					t.Errorf("call %+v: classification differs from %+v", c, info)
 				}
-				got = append(got, expCall{c.Func, tc.sql[c.Start:c.End]})
+				got = append(got, expCall{c.Func, tc.sql[c.Start:c.End], c.Kind})
 			}
 			if !equalExp(got, tc.calls) {
-				t.Errorf("calls\n got %q\nwant %q", got, tc.calls)
+				t.Errorf("calls\n got %v\nwant %v", got, tc.calls)
 			}
 			var gotDyn []expCall
 			for _, d := range r.Dynamic {
 				if d.Start < 0 || d.End > len(tc.sql) || d.Start > d.End {
 					t.Fatalf("dynamic %+v: span out of range", d)
 				}
-				gotDyn = append(gotDyn, expCall{d.Kind, tc.sql[d.Start:d.End]})
+				gotDyn = append(gotDyn, expCall{d.Kind, tc.sql[d.Start:d.End], 0})
 			}
 			if !equalExp(gotDyn, tc.dyn) {
-				t.Errorf("dynamic\n got %q\nwant %q", gotDyn, tc.dyn)
+				t.Errorf("dynamic\n got %v\nwant %v", gotDyn, tc.dyn)
 			}
 			if (len(r.Calls) > 0 || len(r.Dynamic) > 0) && !MayContainCall(tc.sql) {
 				t.Errorf("pre-filter would have skipped a query with findings")
@@ -263,4 +270,12 @@ func firstDiff(a, b string) string {
 		}
 	}
 	return ""
+}
+
+// String prints an expectation as the corpus writes it.
+func (e expCall) String() string {
+	if e.kind != KindCall {
+		return e.kind.String() + " " + e.fn + " " + strconv.Quote(e.text)
+	}
+	return e.fn + " " + strconv.Quote(e.text)
 }

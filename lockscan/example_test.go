@@ -8,12 +8,12 @@ import (
 
 func ExampleScan() {
 	q := `SELECT pg_try_advisory_lock($1) /* pg_advisory_lock(2) is a comment */`
-	calls, err := lockscan.Scan(q)
+	r, err := lockscan.Scan(q)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for _, c := range calls {
+	for _, c := range r.Calls {
 		fmt.Println(c.Func, c.Scope, c.Op, q[c.Start:c.End], "→", c.XactTwin())
 	}
 	// Output:
@@ -30,7 +30,7 @@ SELECT pg_advisory_unlock(42)`
 	}
 	fmt.Println(out)
 	// Output:
-	// SELECT pg_catalog.pg_advisory_xact_lock(42); -- keep me
+	// SELECT pg_catalog.PG_ADVISORY_XACT_LOCK(42); -- keep me
 	// SELECT pg_advisory_unlock(42)
 }
 

@@ -34,21 +34,62 @@ var xactTwins = map[string]string{
 	"pg_try_advisory_lock_shared": "pg_try_advisory_xact_lock_shared",
 }
 
-// dblinkFuncs are the dblink extension functions that send SQL text to a
-// connection held by this backend. They count in any schema: extensions
-// are installed wherever the DBA chose.
-var dblinkFuncs = map[string]bool{
-	"dblink":            true,
-	"dblink_exec":       true,
-	"dblink_open":       true,
-	"dblink_send_query": true,
+// Functions that run SQL given as text. The list is the result of an audit
+// of PostgreSQL 15, 16 and 17's documentation (chapter 9, "Functions and
+// Operators", and appendix F, "Additional Supplied Modules and
+// Extensions"); each entry names its section. Functions that run only
+// catalog-defined SQL (table_to_xml, schema_to_xml and database_to_xml read
+// tables and views by OID, as a SELECT would) are not on it: the scanner
+// cannot see what views do anyway (see the package documentation).
+
+// extensionQueryFuncs are functions of contrib extensions, which run SQL
+// text in the calling backend or on a connection it holds. They count in
+// any schema: extensions are installed wherever the DBA chose.
+var extensionQueryFuncs = map[string]string{
+	// F "dblink — connect to other PostgreSQL databases": dblink(sql),
+	// dblink_exec, dblink_open (DECLARE a cursor for sql), dblink_fetch
+	// (runs the cursor's query further) and dblink_send_query send SQL text
+	// over a connection this backend keeps open after the client leaves.
+	"dblink":            DynamicDblink,
+	"dblink_exec":       DynamicDblink,
+	"dblink_open":       DynamicDblink,
+	"dblink_fetch":      DynamicDblink,
+	"dblink_send_query": DynamicDblink,
+	// F "tablefunc — functions that return tables (crosstab and others)":
+	// crosstab(source_sql [, category_sql]) and crosstabN(source_sql) run
+	// their text arguments; connectby pastes its relation and column names
+	// into the queries it runs.
+	"crosstab":  DynamicQueryFunc,
+	"crosstab2": DynamicQueryFunc,
+	"crosstab3": DynamicQueryFunc,
+	"crosstab4": DynamicQueryFunc,
+	"connectby": DynamicQueryFunc,
+	// F "xml2 — XPath querying and XSLT functionality": xpath_table pastes
+	// its relation and criteria arguments into the query it runs.
+	"xpath_table": DynamicQueryFunc,
 }
 
 // queryFuncs are pg_catalog functions that run a query given as text in the
 // calling session.
 var queryFuncs = map[string]bool{
+	// 9.15.4 "Mapping Tables to XML": query_to_xml(query text, ...),
+	// query_to_xmlschema, query_to_xml_and_xmlschema run the query;
+	// cursor_to_xml and cursor_to_xmlschema fetch from a cursor by name,
+	// which runs (more of) its query, possibly declared by PL/pgSQL in a
+	// string the scanner never saw.
 	"query_to_xml":               true,
 	"query_to_xmlschema":         true,
 	"query_to_xml_and_xmlschema": true,
-	"ts_stat":                    true,
+	"cursor_to_xml":              true,
+	"cursor_to_xmlschema":        true,
+	// 9.13 "Text Search Functions and Operators" (and 12.4.4, 12.4.2.1):
+	// ts_stat(sqlquery text [, weights]) runs its query; ts_rewrite(query
+	// tsquery, select text) runs select (the three-argument form does not;
+	// see tsRewriteRuns).
+	"ts_stat":    true,
+	"ts_rewrite": true,
 }
+
+// tsRewriteRuns reports whether a call of ts_rewrite with nargs arguments
+// (-1: unknown) may run SQL text: every form but the three-argument one.
+func tsRewriteRuns(nargs int) bool { return nargs != 3 }

@@ -384,6 +384,7 @@ const (
 	wantNone    = iota // look inside for wanted members
 	wantTree           // build the value and call fn with it
 	wantShallow        // build only the members keep accepts, look for wanted members in the others, then call fn
+	wantSkip           // skip the value: nothing the walker looks for can be inside
 )
 
 // walkSpec tells forEach which members to build.
@@ -432,7 +433,11 @@ func (p *jparser) forEach(depth int, sp *walkSpec) error {
 				return errJSON
 			}
 			p.i++
-			if w := sp.want(k); w != wantNone {
+			if w := sp.want(k); w == wantSkip {
+				if err := p.skip(); err != nil {
+					return err
+				}
+			} else if w != wantNone {
 				if err := p.wanted(depth+1, k, w, sp); err != nil {
 					return err
 				}
@@ -599,6 +604,13 @@ func (p *jparser) shallow(depth int, sp *walkSpec) (jval, error) {
 	mark := len(p.fields)
 	err := p.members(func(k string) error {
 		if !sp.keep(k) {
+			if k == "args" && countArgs(p.fields[mark:]) {
+				n, err := p.countElems()
+				if err != nil {
+					return err
+				}
+				p.fields = append(p.fields, jfield{"nargs", jval{kind: jNum, str: itoa(n)}})
+			}
 			return p.forEach(depth+1, sp)
 		}
 		v, err := p.value(depth + 1)
@@ -615,4 +627,47 @@ func (p *jparser) shallow(depth int, sp *walkSpec) (jval, error) {
 	copy(v.obj, p.fields[mark:])
 	p.fields = p.fields[:mark]
 	return v, nil
+}
+
+// countArgs reports whether the FuncCall whose members so far are fields
+// needs its number of arguments (member "nargs" of the shallow tree): only
+// ts_rewrite, whose two-argument form runs a query and three-argument form
+// does not. funcname precedes args in pg_query's output.
+func countArgs(fields []jfield) bool {
+	for i := range fields {
+		if fields[i].key == "funcname" {
+			n := names(&fields[i].val)
+			return len(n) > 0 && n[len(n)-1] == "ts_rewrite"
+		}
+	}
+	return false
+}
+
+// countElems returns the number of elements of the array at p.i without
+// consuming it.
+func (p *jparser) countElems() (int, error) {
+	q := jparser{s: p.s, i: p.i}
+	q.ws()
+	if q.i >= len(q.s) || q.s[q.i] != '[' {
+		return 0, nil
+	}
+	q.i++
+	q.ws()
+	if q.i < len(q.s) && q.s[q.i] == ']' {
+		return 0, nil
+	}
+	n := 0
+	for {
+		if err := q.skip(); err != nil {
+			return 0, err
+		}
+		n++
+		more, err := q.next(']')
+		if err != nil {
+			return 0, err
+		}
+		if !more {
+			return n, nil
+		}
+	}
 }

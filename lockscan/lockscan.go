@@ -59,7 +59,47 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%d)", int(o))
 }
 
-// Call is one advisory-lock function call found in SQL text.
+// Kind says how a statement names an advisory-lock function.
+type Kind int
+
+const (
+	// KindCall is a function call written in call syntax: name(args), as
+	// an expression, in FROM, in CALL. Only calls can be rewritten by
+	// editing the name (RewriteCalls).
+	KindCall Kind = iota
+	// KindAttribute is attribute notation, (expr).pg_advisory_lock or,
+	// inside a function body, param.pg_advisory_lock: PostgreSQL calls the
+	// function with expr as its argument.
+	KindAttribute
+	// KindReference names the function without calling it here: as the
+	// implementation of an operator, aggregate, cast, type, trigger,
+	// language, access method or support function (CREATE OPERATOR ...
+	// (FUNCTION = pg_advisory_lock), CREATE AGGREGATE ... (SFUNC = ...),
+	// CREATE CAST ... WITH FUNCTION, CREATE TRIGGER ... EXECUTE FUNCTION),
+	// as the object of ALTER FUNCTION (which can rename it) or of CREATE
+	// FUNCTION, or in a regproc/regprocedure constant
+	// ('pg_advisory_lock'::regproc). Whatever is defined that way runs the
+	// function later, where the scanner cannot see a name. GRANT, REVOKE,
+	// COMMENT, SECURITY LABEL and DROP, which cannot make it run, are not
+	// reported.
+	KindReference
+)
+
+// String returns "call", "attribute" or "reference".
+func (k Kind) String() string {
+	switch k {
+	case KindCall:
+		return "call"
+	case KindAttribute:
+		return "attribute"
+	case KindReference:
+		return "reference"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Call is one advisory-lock function found in SQL text: a call (Kind
+// KindCall, the zero value) or another reference to the function.
 type Call struct {
 	// Func is the canonical lower-case name without schema, for example
 	// "pg_try_advisory_lock_shared".
@@ -69,9 +109,19 @@ type Call struct {
 	Shared bool
 	// Start and End are the byte span, in the query passed to Scan, of the
 	// function name as written (after any schema qualifier; quotes, U&
-	// prefix and UESCAPE clause included). For a call inside a function
-	// body or DO block the span is still in the original query text.
+	// prefix and UESCAPE clause included); for a name inside a string
+	// constant (regproc, a definition option written as a string) the span
+	// of the constant. For a call inside a function body or DO block the
+	// span is still in the original query text.
 	Start, End int
+	// Kind says whether this is a call (KindCall) or another reference.
+	Kind Kind
+	// Via names the construct of a reference: the option of a definition
+	// ("function", "sfunc", "finalfunc", "input", "support", "handler", ...),
+	// "object" (ALTER FUNCTION and other statements on the function),
+	// "funcname" (CREATE TRIGGER, CREATE EVENT TRIGGER, CREATE FUNCTION),
+	// "regproc" or "regprocedure". Empty for calls and attribute notation.
+	Via string
 }
 
 // XactTwin returns the transaction-level function that takes the same lock
@@ -105,10 +155,14 @@ const (
 	// single constant string.
 	DynamicExecute = "plpgsql-execute"
 	// DynamicDblink is a call of a dblink function that runs SQL text
-	// (dblink, dblink_exec, dblink_open, dblink_send_query), in any schema.
+	// (dblink, dblink_exec, dblink_open, dblink_fetch, dblink_send_query),
+	// in any schema.
 	DynamicDblink = "dblink"
-	// DynamicQueryFunc is a pg_catalog function that runs a query given as
-	// text (query_to_xml and friends, ts_stat).
+	// DynamicQueryFunc is a function that runs a query given as text:
+	// pg_catalog's query_to_xml, query_to_xmlschema,
+	// query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema,
+	// ts_stat and ts_rewrite(query, select); tablefunc's crosstab,
+	// crosstab2–4 and connectby and xml2's xpath_table in any schema.
 	DynamicQueryFunc = "query-function"
 	// DynamicLanguage is a DO block or function body in a language other
 	// than SQL and PL/pgSQL (plpython3u, plperl, pltcl, plv8, c, ...).
@@ -124,7 +178,8 @@ type Result struct {
 }
 
 // HasSessionLock reports whether any call takes a session-level lock (Op
-// OpLock or OpTryLock with Scope ScopeSession).
+// OpLock or OpTryLock with Scope ScopeSession), or names such a function in
+// any other way (any Kind).
 func (r Result) HasSessionLock() bool {
 	for _, c := range r.Calls {
 		if c.Scope == ScopeSession && (c.Op == OpLock || c.Op == OpTryLock) {
@@ -186,15 +241,21 @@ type Scanner struct {
 
 	mu    sync.Mutex
 	ll    *list.List // of *entry, most recently used at front
-	items map[string]*list.Element
+	items map[cacheKey]*list.Element
 
 	prefiltered, hits, misses, errors atomic.Uint64
 }
 
-type entry struct {
+// cacheKey is a query text and the reading it was scanned under.
+type cacheKey struct {
 	query string
-	res   Result
-	err   error
+	rd    reading
+}
+
+type entry struct {
+	key cacheKey
+	res Result
+	err error
 }
 
 // NewScanner returns a Scanner whose cache holds up to cacheSize queries.
@@ -208,23 +269,44 @@ func NewScanner(cacheSize int) *Scanner {
 		s.ll = list.New()
 		// A capacity hint, capped: NewScanner(1<<40) must not try to
 		// allocate the whole map up front (it panicked before).
-		s.items = make(map[string]*list.Element, min(cacheSize, DefaultCacheSize))
+		s.items = make(map[cacheKey]*list.Element, min(cacheSize, DefaultCacheSize))
 	}
 	return s
 }
 
-// Scan finds the advisory-lock calls and dynamic-SQL constructs in query.
-// Queries that cannot contain either (see MayContainCall) are answered
-// without parsing and without allocating.
+// Scan finds the advisory-lock calls, references and dynamic-SQL
+// constructs in query, read with the server's default settings
+// (standard_conforming_strings on, UTF-8). It is ScanWith(query,
+// Settings{}). Queries that cannot contain either (see MayContainCall) are
+// answered without parsing and without allocating.
 func (s *Scanner) Scan(query string) (Result, error) {
+	return s.ScanWith(query, Settings{})
+}
+
+// ScanWith is Scan for a session whose reading settings are set: the
+// statement is read as the server reads it under them. Under settings the
+// scanner cannot model (a client-only client_encoding such as SJIS, an
+// unknown value), a statement that passes the pre-filter (it may name an
+// advisory-lock function or a dynamic construct, in any spelling) returns
+// an *UnsupportedSettingsError wrapping ErrUnsupportedSettings, and one
+// that does not is answered "nothing found" as usual: the server sees only
+// ASCII bytes the text has, and none of them spells a name. Results are
+// cached per query and reading.
+func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
 	if !MayContainCall(query) {
 		s.prefiltered.Add(1)
 		return Result{}, nil
 	}
+	rd, err := set.reading()
+	if err != nil {
+		s.errors.Add(1)
+		return Result{}, err
+	}
+	key := cacheKey{query: query, rd: rd}
 	cache := s.size > 0 && len(query) <= MaxCachedQueryLen
 	if cache {
 		s.mu.Lock()
-		if el, ok := s.items[query]; ok {
+		if el, ok := s.items[key]; ok {
 			s.ll.MoveToFront(el)
 			e := el.Value.(*entry)
 			s.mu.Unlock()
@@ -237,21 +319,21 @@ func (s *Scanner) Scan(query string) (Result, error) {
 		s.mu.Unlock()
 	}
 	s.misses.Add(1)
-	res, err := scanQuery(query)
+	res, err := scanQuery(query, rd)
 	if err != nil {
 		s.errors.Add(1)
 		res = Result{}
 	}
 	if cache {
 		s.mu.Lock()
-		if el, ok := s.items[query]; ok {
+		if el, ok := s.items[key]; ok {
 			s.ll.MoveToFront(el)
 		} else {
-			s.items[query] = s.ll.PushFront(&entry{query: query, res: res, err: err})
+			s.items[key] = s.ll.PushFront(&entry{key: key, res: res, err: err})
 			for s.ll.Len() > s.size {
 				old := s.ll.Back()
 				s.ll.Remove(old)
-				delete(s.items, old.Value.(*entry).query)
+				delete(s.items, old.Value.(*entry).key)
 			}
 		}
 		s.mu.Unlock()
@@ -277,23 +359,40 @@ func (s *Scanner) Stats() Stats {
 
 var defaultScanner = NewScanner(DefaultCacheSize)
 
-// Scan returns the advisory-lock calls in query, in textual order, using a
-// shared default Scanner. The returned slice is a copy the caller may keep.
-func Scan(query string) ([]Call, error) {
-	r, err := defaultScanner.Scan(query)
-	if err != nil {
-		return nil, err
-	}
-	if len(r.Calls) == 0 {
-		return nil, nil
-	}
-	out := make([]Call, len(r.Calls))
-	copy(out, r.Calls)
-	return out, nil
+// Scan is (*Scanner).Scan on a shared default Scanner: it returns the
+// advisory-lock calls and references and the dynamic-SQL findings of query,
+// read with the server's default settings (see ScanWith for others). The
+// Result is a copy the caller may keep and modify.
+func Scan(query string) (Result, error) {
+	return ScanWith(query, Settings{})
 }
 
-// ScanResult is like Scan but also returns the dynamic-SQL findings. The
-// Result is shared with the default Scanner's cache: do not modify it.
+// ScanWith is (*Scanner).ScanWith on the shared default Scanner. The Result
+// is a copy the caller may keep and modify.
+func ScanWith(query string, s Settings) (Result, error) {
+	r, err := defaultScanner.ScanWith(query, s)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.clone(), nil
+}
+
+// ScanResult is like Scan but returns the Result shared with the default
+// Scanner's cache: do not modify it.
+//
+// Deprecated: Scan now returns the whole Result; use Scan.
 func ScanResult(query string) (Result, error) {
 	return defaultScanner.Scan(query)
+}
+
+// clone returns a Result whose slices the caller owns.
+func (r Result) clone() Result {
+	var out Result
+	if len(r.Calls) > 0 {
+		out.Calls = append([]Call(nil), r.Calls...)
+	}
+	if len(r.Dynamic) > 0 {
+		out.Dynamic = append([]Dynamic(nil), r.Dynamic...)
+	}
+	return out
 }

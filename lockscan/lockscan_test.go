@@ -21,7 +21,8 @@ func TestSpansExact(t *testing.T) {
 		{"DO E'BEGIN PERFORM pg_\\x61dvisory_lock(1); END'", 19, 38},
 	}
 	for _, tt := range tests {
-		calls, err := Scan(tt.q)
+		r, err := Scan(tt.q)
+		calls := r.Calls
 		if err != nil {
 			t.Fatalf("Scan(%q): %v", tt.q, err)
 		}
@@ -81,9 +82,10 @@ func TestStringsAndTwins(t *testing.T) {
 
 func TestRewriteXactRefuses(t *testing.T) {
 	for _, q := range []string{
-		`SELECT U&"pg_\0061dvisory_lock"(1)`,
-		`DO E'BEGIN PERFORM pg_\x61dvisory_lock(1); END'`,
 		`SELECT pg_advisory_lock(1`,
+		`CREATE OPERATOR === (FUNCTION = pg_advisory_lock, RIGHTARG = bigint)`,
+		`SELECT 'pg_try_advisory_lock'::regproc`,
+		`SELECT (42::bigint).pg_advisory_lock`,
 	} {
 		out, err := RewriteXact(q)
 		if err == nil {
@@ -184,6 +186,27 @@ func TestMayContainCallTriggers(t *testing.T) {
 	for _, q := range no {
 		if MayContainCall(q) {
 			t.Errorf("MayContainCall(%q) = true", q)
+		}
+	}
+}
+
+// TestRewriteXactSpellings: the one set of spelling rules (see
+// RewriteEdits), the same for the driver, RewriteXact and the analyzer.
+func TestRewriteXactSpellings(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`SELECT pg_advisory_lock(1)`, `SELECT pg_advisory_xact_lock(1)`},
+		{`SELECT PG_ADVISORY_LOCK(1)`, `SELECT PG_ADVISORY_XACT_LOCK(1)`},
+		{`SELECT Pg_Advisory_Lock(1)`, `SELECT pg_advisory_xact_lock(1)`},
+		{`SELECT "pg_try_advisory_lock"(1)`, `SELECT "pg_try_advisory_xact_lock"(1)`},
+		{`SELECT U&"pg_\0061dvisory_lock"(1)`, `SELECT pg_advisory_xact_lock(1)`},
+		{`SELECT U&"pg_!0061dvisory_lock_shared" UESCAPE '!' (1)`, `SELECT pg_advisory_xact_lock_shared (1)`},
+		{`DO E'BEGIN PERFORM pg_\x61dvisory_lock(1); END'`, `DO E'BEGIN PERFORM pg_advisory_xact_lock(1); END'`},
+		{"DO 'BEGIN PERFORM pg_advis'\n'ory_lock(1); END'", "DO 'BEGIN PERFORM pg_advisory_xact_lock(1); END'"},
+		{`SELECT pg_catalog . pg_try_advisory_lock_shared(1, 2)`, `SELECT pg_catalog . pg_try_advisory_xact_lock_shared(1, 2)`},
+	} {
+		out, err := RewriteXact(tt.in)
+		if err != nil || out != tt.want {
+			t.Errorf("RewriteXact(%q) = %q, %v; want %q", tt.in, out, err, tt.want)
 		}
 	}
 }

@@ -13,14 +13,15 @@ import (
 //	if errors.Is(err, lockscan.ErrTooComplex) { /* refuse, fail closed */ }
 var ErrTooComplex = errors.New("lockscan: statement nested too deeply to scan")
 
-// MaxNesting bounds the nesting the scanner accepts before it calls the
-// parser. libpg_query serialises the parse tree with recursive C functions
-// that do not check the stack: a left-deep chain of about 65,000 binary
-// operators (a 130 KB "SELECT 1+1+...+1") overflows an 8 MB thread stack
-// and kills the process with SIGSEGV, and about 9,000 suffice on a 1 MB
-// stack. Right-nested constructs (parentheses, sub-selects, NOT, CASE) are
-// cut off by the parser's own stack of 10,000 entries with the syntax error
-// "memory exhausted", which PostgreSQL reports too.
+// MaxNesting (declared per parser backend: backend_cgo.go,
+// backend_nocgo.go) bounds the nesting the scanner accepts before it calls
+// the parser. libpg_query serialises the parse tree with recursive C
+// functions that do not check the stack: a left-deep chain of about 65,000
+// binary operators (a 130 KB "SELECT 1+1+...+1") overflows an 8 MB thread
+// stack and kills the process with SIGSEGV. Right-nested constructs
+// (parentheses, sub-selects, NOT, CASE) are cut off by the parser's own
+// stack of 10,000 entries with the syntax error "memory exhausted", which
+// PostgreSQL reports too.
 //
 // The nesting of a statement is estimated by one pass over
 // its tokens, outside string constants, quoted identifiers and comments:
@@ -32,22 +33,27 @@ var ErrTooComplex = errors.New("lockscan: statement nested too deeply to scan")
 // a sub-select (SELECT, VALUES or WITH right after a parenthesis) counts
 // two more.
 // The estimate is an upper bound of the depth of the parse tree for every
-// construct measured (see TestNestingBound). The limit sits just under
-// what PostgreSQL itself runs with its default max_stack_depth of 2MB
-// (measured on PostgreSQL 15: about 4,080 chained additions, 7,700 nested
-// NOTs), and uses about 0.5 MB of C stack in libpg_query. Hand-written SQL
-// stays far below it.
-const MaxNesting = 4000
+// construct measured (see TestNestingBound). Hand-written SQL stays far
+// below either limit.
 
-// nestingError returns nil when text nests no more deeply than MaxNesting,
-// else the *ParseError to return, positioned (through m) at the token that
-// crossed the limit.
-func nestingError(text string, m mapping) error {
+// nestingError returns the estimated nesting of text and nil when it is no
+// more than MaxNesting, else the *ParseError to return, positioned (through
+// m) at the token that crossed the limit.
+func nestingError(text string, m mapping) (int, error) {
 	d, at := estimateNesting(text, MaxNesting)
 	if d <= MaxNesting {
+		return d, nil
+	}
+	return d, &ParseError{Msg: "statement nested more than " + itoa(MaxNesting) + " levels deep (parentheses and operator chains); not parsed", Pos: m.start(at), Err: ErrTooComplex}
+}
+
+// plNestingError returns the *ParseError for a PL/pgSQL body whose blocks
+// nest more deeply than MaxPlNesting (estimatePlNesting), else nil.
+func plNestingError(body string, m mapping) error {
+	if estimatePlNesting(body) <= MaxPlNesting {
 		return nil
 	}
-	return &ParseError{Msg: "statement nested more than " + itoa(MaxNesting) + " levels deep (parentheses and operator chains); not parsed", Pos: m.start(at), Err: ErrTooComplex}
+	return &ParseError{Msg: "PL/pgSQL blocks nested more than " + itoa(MaxPlNesting) + " levels deep; not parsed", Pos: m.start(0), Err: ErrTooComplex}
 }
 
 func itoa(n int) string {
@@ -278,4 +284,77 @@ func skipDollar(s string, i int) int {
 		return j + 1 + k + len(tag)
 	}
 	return len(s)
+}
+
+// estimatePlNesting estimates how deeply the PL/pgSQL blocks of text nest:
+// BEGIN, IF, LOOP and CASE open a level, END (with its IF, LOOP or CASE)
+// closes one; strings, quoted identifiers and comments are skipped. The
+// SQL expressions inside are checked separately when they are parsed.
+func estimatePlNesting(text string) int {
+	depth, top := 0, 0
+	afterEnd := false
+	s := text
+	for i := 0; i < len(s); {
+		if j := skipSpace(s, i); j > i {
+			i = j
+			continue
+		}
+		c := s[i]
+		switch {
+		case c == '\'':
+			i = skipString(s, i+1, false)
+		case (c == 'e' || c == 'E') && i+1 < len(s) && s[i+1] == '\'':
+			i = skipString(s, i+2, true)
+		case c == '"':
+			i = skipQuotedIdent(s, i+1)
+		case c == '$' && i+1 < len(s) && (s[i+1] == '$' || isIdentStart(s[i+1])):
+			// The body itself is dollar-quoted: look inside it.
+			j := skipDollarTag(s, i)
+			if j > i+1 {
+				i = j
+				continue
+			}
+			i++
+		case isIdentStart(c):
+			j := i + 1
+			for j < len(s) && isIdentCont(s[j]) {
+				j++
+			}
+			w := s[i:j]
+			switch {
+			case hasFold(w, 0, "end") && len(w) == 3:
+				depth--
+				afterEnd = true
+				i = j
+				continue
+			case afterEnd && (len(w) == 2 && hasFold(w, 0, "if") || len(w) == 4 && (hasFold(w, 0, "loop") || hasFold(w, 0, "case"))):
+			case len(w) == 5 && hasFold(w, 0, "begin"), len(w) == 2 && hasFold(w, 0, "if"),
+				len(w) == 4 && (hasFold(w, 0, "loop") || hasFold(w, 0, "case")):
+				depth++
+				top = max(top, depth)
+			}
+			afterEnd = false
+			i = j
+		default:
+			afterEnd = false
+			i++
+		}
+	}
+	return top
+}
+
+// skipDollarTag returns the end of the dollar-quote tag ($$ or $tag$) at
+// s[i], or i+1.
+func skipDollarTag(s string, i int) int {
+	j := i + 1
+	for j < len(s) && s[j] != '$' {
+		if !isIdentCont(s[j]) {
+			return i + 1
+		}
+		j++
+	}
+	if j >= len(s) {
+		return i + 1
+	}
+	return j + 1
 }

@@ -6,9 +6,11 @@ package lockscan
 // neither a Call nor a Dynamic finding. Scan reports something only for
 //
 //  1. a FuncCall named like an advisory-lock function (Call),
-//  2. a FuncCall of dblink, dblink_exec, dblink_open, dblink_send_query,
-//     query_to_xml, query_to_xmlschema, query_to_xml_and_xmlschema or
-//     ts_stat (DynamicDblink, DynamicQueryFunc),
+//  2. a FuncCall of dblink, dblink_exec, dblink_open, dblink_fetch,
+//     dblink_send_query, query_to_xml, query_to_xmlschema,
+//     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema,
+//     ts_stat, ts_rewrite, crosstab, crosstab2–4, connectby or xpath_table
+//     (DynamicDblink, DynamicQueryFunc),
 //  3. a PL/pgSQL EXECUTE, FOR ... IN EXECUTE, OPEN ... FOR EXECUTE or
 //     RETURN QUERY EXECUTE in a DO block or function body (DynamicExecute),
 //  4. a DO block or CREATE FUNCTION/PROCEDURE whose LANGUAGE clause names
@@ -19,8 +21,10 @@ package lockscan
 // Written in the query itself. A plain identifier or keyword is folded to
 // lower case by PostgreSQL for ASCII letters only, and a quoted identifier
 // must match exactly, so the query contains, ASCII case-insensitively,
-// "advisory" (in every advisory-lock function name), "dblink",
-// "query_to_xml", "ts_stat", "execute" or "language". A keyword cannot be
+// "advisory" (in every advisory-lock function name, however it is named:
+// call, definition option, regproc string, attribute), "dblink",
+// "query_to_xml", "cursor_to_xml", "ts_stat", "ts_rewrite", "crosstab",
+// "connectby", "xpath_table", "execute" or "language". A keyword cannot be
 // quoted or escaped, and a comment ends a token, so a keyword is never
 // split. A U&"..." identifier can spell any name with escapes: it starts
 // with "u&".
@@ -55,8 +59,9 @@ package lockscan
 // which needs the words above to find anything).
 //
 // So the anchors are: "advisory", "dblink", "execute", "language",
-// "query_to_xml", "ts_stat" (ASCII case-insensitive; the underscores may be
-// preceded by backslashes), "u&" (likewise), a backslash followed by an
+// "query_to_xml", "cursor_to_xml", "ts_stat", "ts_rewrite", "crosstab",
+// "connectby", "xpath_table" (ASCII case-insensitive; the underscores may
+// be preceded by backslashes), "u&" (likewise), a backslash followed by an
 // ASCII letter or digit, and the continuation mark. Anything else is
 // answered "no call" without parsing. TestPrefilterAdversarial builds, for
 // every anchor, the spellings above and checks that Scan finds nothing the
@@ -76,20 +81,24 @@ package lockscan
 
 // Bits of the pair tables, one per anchor.
 const (
-	pV uint8 = 1 << iota // a[dv]isory
-	pX                   // e[xe]cute, query_to_[xm]l
-	pD                   // [db]link
-	pG                   // lan[gu]age
-	pU                   // ts[_s]tat
-	pA                   // [u&], [\\&]
-	pB                   // [\\x] [\\u] [\\0] [\\a] ...: an escape
-	pN                   // [ ']: continuation mark
+	pV uint16 = 1 << iota // a[dv]isory
+	pX                    // e[xe]cute, query_to_[xm]l
+	pD                    // [db]link
+	pG                    // lan[gu]age
+	pU                    // ts[_s]tat
+	pA                    // [u&], [\\&]
+	pB                    // [\\x] [\\u] [\\0] [\\a] ...: an escape
+	pN                    // [ ']: continuation mark
+	pR                    // ts_re[wr]ite
+	pC                    // cro[ss]tab
+	pT                    // connec[tb]y
+	pP                    // [xp]ath_table
 )
 
 // pairFirst and pairSecond hold, for each byte, the anchors whose rare pair
 // starts (ends) with it.
-var pairFirst, pairSecond = func() (f, s [256]uint8) {
-	set := func(t *[256]uint8, bit uint8, bytes string) {
+var pairFirst, pairSecond = func() (f, s [256]uint16) {
+	set := func(t *[256]uint16, bit uint16, bytes string) {
 		for i := 0; i < len(bytes); i++ {
 			t[bytes[i]] |= bit
 		}
@@ -111,6 +120,14 @@ var pairFirst, pairSecond = func() (f, s [256]uint8) {
 	set(&s, pB, alnum)
 	set(&f, pN, " \t\n\r\f\v")
 	set(&s, pN, "'\\")
+	set(&f, pR, "wW")
+	set(&s, pR, "rR")
+	set(&f, pC, "sS")
+	set(&s, pC, "sS")
+	set(&f, pT, "tT")
+	set(&s, pT, "bB")
+	set(&f, pP, "xX")
+	set(&s, pP, "pP")
 	return f, s
 }()
 
@@ -193,10 +210,30 @@ func continuationMark(s string, q int) bool {
 	return false
 }
 
+// hasFoldEsc is hasFold allowing backslashes before each '_' of w in s.
+func hasFoldEsc(s string, i int, w string) bool {
+	for k := 0; k < len(w); k++ {
+		if w[k] == '_' {
+			for i >= 0 && i < len(s) && s[i] == '\\' {
+				i++
+			}
+		}
+		if !hasFold(s, i, w[k:k+1]) {
+			return false
+		}
+		i++
+	}
+	return true
+}
+
 // anchorAt verifies the anchors in bits, whose rare pair is s[j:j+2].
-func anchorAt(s string, j int, bits uint8) bool {
+func anchorAt(s string, j int, bits uint16) bool {
 	return bits&pV != 0 && hasFold(s, j-1, "advisory") ||
-		bits&pX != 0 && (hasFold(s, j-1, "execute") || hasFold(s, j, "xml") && endsFold(s, j, "query_to_")) ||
+		bits&pX != 0 && (hasFold(s, j-1, "execute") || hasFold(s, j, "xml") && (endsFold(s, j, "query_to_") || endsFold(s, j, "cursor_to_"))) ||
+		bits&pR != 0 && hasFold(s, j+1, "rite") && endsFold(s, j+1, "ts_rew") ||
+		bits&pC != 0 && hasFold(s, j-3, "crosstab") ||
+		bits&pT != 0 && hasFold(s, j-6, "connectby") ||
+		bits&pP != 0 && hasFoldEsc(s, j, "xpath_table") ||
 		bits&pD != 0 && hasFold(s, j, "dblink") ||
 		bits&pG != 0 && hasFold(s, j-3, "language") ||
 		bits&pU != 0 && hasFold(s, j+1, "stat") && endsFold(s, j+1, "ts_") ||

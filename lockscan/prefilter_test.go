@@ -275,7 +275,7 @@ func TestPrefilterAdversarial(t *testing.T) {
 		famFound := 0
 		for _, q := range qs {
 			total++
-			r, err := scanQuery(q) // without the pre-filter
+			r, err := scanQuery(q, reading{}) // without the pre-filter
 			if err != nil || len(r.Calls)+len(r.Dynamic) == 0 {
 				continue
 			}

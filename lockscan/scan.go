@@ -7,9 +7,6 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
-
-	pg_query "github.com/pganalyze/pg_query_go/v6"
-	pgparser "github.com/pganalyze/pg_query_go/v6/parser"
 )
 
 // maxDepth bounds nesting of bodies (a DO block in a function body in ...).
@@ -70,15 +67,16 @@ func (m mapping) lit(l literal) mapping {
 
 type scanner struct {
 	res Result
+	rd  reading
 }
 
-func scanQuery(query string) (Result, error) {
+func scanQuery(query string, rd reading) (Result, error) {
 	if i := strings.IndexByte(query, 0); i >= 0 {
 		// libpg_query takes a C string and would scan only the text before
 		// the NUL; PostgreSQL rejects NUL in query text altogether.
 		return Result{}, &ParseError{Msg: "query contains a NUL byte (PostgreSQL rejects NUL in query text)", Pos: i}
 	}
-	var sc scanner
+	sc := scanner{rd: rd}
 	if _, err := sc.sql(query, identity, 0, false); err != nil {
 		return Result{}, err
 	}
@@ -91,11 +89,10 @@ func scanQuery(query string) (Result, error) {
 // in the original query.
 func parseErr(what string, err error, text string, m mapping) error {
 	pos := -1
-	var pe *pgparser.Error
-	if errors.As(err, &pe) && pe.Cursorpos > 0 {
+	if cp := cursorPos(err); cp > 0 {
 		// Cursorpos is a 1-based character (not byte) position.
 		b, n := 0, 1
-		for b < len(text) && n < pe.Cursorpos {
+		for b < len(text) && n < cp {
 			_, w := utf8.DecodeRuneInString(text[b:])
 			b += w
 			n++
@@ -114,10 +111,18 @@ func (sc *scanner) sql(text string, m mapping, depth int, keepTree bool) (*jval,
 	if depth > maxDepth {
 		return nil, &ParseError{Msg: "function bodies nested too deeply", Pos: m.start(0)}
 	}
-	if err := nestingError(text, m); err != nil {
+	if sc.rd.scsOff {
+		out, ins, u := rewriteSCS(text)
+		if u >= 0 {
+			return nil, &ParseError{Msg: errUnsafeUnicode, Pos: m.start(u)}
+		}
+		text, m = out, m.insMapping(ins)
+	}
+	nest, err := nestingError(text, m)
+	if err != nil {
 		return nil, err
 	}
-	js, err := pg_query.ParseToJSON(text)
+	js, err := parseToJSON(text, nest)
 	if err != nil {
 		what := "syntax error"
 		if depth > 0 {
@@ -148,9 +153,13 @@ func (sc *scanner) sql(text string, m mapping, depth int, keepTree bool) (*jval,
 			return nil
 		}
 		w := walker{sc: sc, text: text, m: m, depth: depth, stmtStart: s, stmtEnd: e}
+		want := walkedKey
+		if depth > 0 {
+			want = walkedKeyBody
+		}
 		next := p.i
 		p.i = at
-		err := p.forEach(0, &walkSpec{want: walkedKey, keep: funcCallKey, fn: w.member})
+		err := p.forEach(0, &walkSpec{want: want, keep: funcCallKey, fn: w.member})
 		p.i = next
 		return err
 	})
@@ -174,16 +183,29 @@ func treeErr(err error) error {
 
 // walkedKey tells jparser.forEach which members the walker handles: for a
 // FuncCall only its name and location are built (calls nested in its
-// arguments, filter or window are found by forEach itself); bodies are
-// built whole.
+// arguments, filter or window are found by forEach itself); bodies and the
+// small nodes that can name a function without calling it are built whole;
+// statements that can name a function but never make it run are skipped.
 func walkedKey(k string) int {
 	switch k {
 	case "FuncCall", "funccall":
 		return wantShallow
-	case "DoStmt", "CreateFunctionStmt":
+	case "DoStmt", "CreateFunctionStmt", "DefElem", "TypeCast", "A_Indirection",
+		"objname", "funcname", "handler_name", "func_name", "plhandler", "plinline", "plvalidator":
 		return wantTree
+	case "GrantStmt", "CommentStmt", "DropStmt", "SecLabelStmt":
+		return wantSkip
 	}
 	return wantNone
+}
+
+// walkedKeyBody is walkedKey inside a function body, where a column
+// reference param.pg_advisory_lock is attribute notation on a parameter.
+func walkedKeyBody(k string) int {
+	if k == "ColumnRef" {
+		return wantTree
+	}
+	return walkedKey(k)
 }
 
 func funcCallKey(k string) bool { return k == "funcname" || k == "location" }
@@ -194,6 +216,9 @@ type walker struct {
 	m                  mapping
 	depth              int
 	stmtStart, stmtEnd int
+
+	toks []bool       // token starts of the statement, built on first use
+	used map[int]bool // statement offsets of references already reported
 }
 
 func (w *walker) walk(v *jval) error {
@@ -219,11 +244,38 @@ func (w *walker) member(key string, val *jval) error {
 	var err error
 	switch key {
 	case "FuncCall", "funccall": // CallStmt.funccall is a bare FuncCall
-		err = w.funcCall(val)
+		if err := w.funcCall(val); err != nil {
+			return err
+		}
+		// The name is the call's own: walk everything else.
+		for i := range val.obj {
+			if f := &val.obj[i]; f.key != "funcname" {
+				if err := w.member(f.key, &f.val); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	case "DoStmt":
 		err = w.body(val, "args", "plpgsql")
 	case "CreateFunctionStmt":
 		err = w.body(val, "options", "sql")
+	case "DefElem":
+		err = w.defElem(val)
+	case "TypeCast":
+		err = w.typeCast(val)
+	case "A_Indirection":
+		err = w.indirection(val)
+	case "ColumnRef":
+		if w.depth > 0 {
+			err = w.columnRef(val)
+		}
+	case "objname":
+		err = w.nameList(val, "object")
+	case "funcname", "handler_name", "func_name", "plhandler", "plinline", "plvalidator":
+		err = w.nameList(val, key)
+	case "GrantStmt", "CommentStmt", "DropStmt", "SecLabelStmt":
+		return nil
 	}
 	if err != nil {
 		return err
@@ -245,30 +297,32 @@ func names(v *jval) []string {
 	return out
 }
 
-func (w *walker) funcCall(v *jval) error {
-	fn, _ := v.get("funcname")
-	parts := names(fn)
-	if len(parts) == 0 {
-		return nil
-	}
-	name := parts[len(parts)-1]
-	pgcat := len(parts) == 1 ||
+// inPgCatalog reports whether a possibly qualified name resolves to
+// pg_catalog: unqualified (pg_catalog comes first in the search path unless
+// placed otherwise), pg_catalog.name or db.pg_catalog.name.
+func inPgCatalog(parts []string) bool {
+	return len(parts) == 1 ||
 		len(parts) == 2 && parts[0] == "pg_catalog" ||
 		len(parts) == 3 && parts[1] == "pg_catalog"
-	info, isAdv := advisoryFuncs[name]
-	isAdv = isAdv && pgcat
-	dynKind := ""
-	switch {
-	case dblinkFuncs[name]:
-		dynKind = DynamicDblink
-	case queryFuncs[name] && pgcat:
-		dynKind = DynamicQueryFunc
+}
+
+// lockName returns the advisory-lock function a possibly qualified name
+// names, or "".
+func lockName(parts []string) string {
+	if len(parts) == 0 {
+		return ""
 	}
-	if !isAdv && dynKind == "" {
-		return nil
+	name := parts[len(parts)-1]
+	if _, ok := advisoryFuncs[name]; ok && inPgCatalog(parts) {
+		return name
 	}
-	lv, _ := v.get("location")
-	loc := lv.int(-1)
+	return ""
+}
+
+// nameAt returns the span in w.text of the last component of the name of
+// len(parts) components written at loc, checking that it is the name the
+// parser read.
+func (w *walker) nameAt(loc int, parts []string, what string) (int, int, error) {
 	s, e, _, lexed, err := nameSpan(w.text, loc, len(parts))
 	if err == nil {
 		for i := range parts {
@@ -282,17 +336,287 @@ func (w *walker) funcCall(v *jval) error {
 		if loc >= 0 && loc < len(w.text) {
 			pos = w.m.start(loc)
 		}
-		return &ParseError{Msg: fmt.Sprintf("cannot locate the name of the call of %s", name), Pos: pos, Err: err}
+		return 0, 0, &ParseError{Msg: fmt.Sprintf("cannot locate the name of the %s of %s", what, parts[len(parts)-1]), Pos: pos, Err: err}
 	}
+	return s, e, nil
+}
+
+// report records a finding of advisory-lock function name at w.text[s:e].
+func (w *walker) report(name string, s, e int, kind Kind, via string) {
+	info := advisoryFuncs[name]
 	os, oe := w.m.span(s, e)
+	w.sc.res.Calls = append(w.sc.res.Calls, Call{
+		Func: name, Scope: info.scope, Op: info.op, Shared: info.shared, Start: os, End: oe, Kind: kind, Via: via,
+	})
+}
+
+func (w *walker) funcCall(v *jval) error {
+	fn, _ := v.get("funcname")
+	parts := names(fn)
+	if len(parts) == 0 {
+		return nil
+	}
+	name := parts[len(parts)-1]
+	pgcat := inPgCatalog(parts)
+	_, isAdv := advisoryFuncs[name]
+	isAdv = isAdv && pgcat
+	dynKind := extensionQueryFuncs[name]
+	if dynKind == "" && queryFuncs[name] && pgcat {
+		dynKind = DynamicQueryFunc
+		if name == "ts_rewrite" && !tsRewriteRuns(nargs(v)) {
+			dynKind = ""
+		}
+	}
+	if !isAdv && dynKind == "" {
+		return nil
+	}
+	lv, _ := v.get("location")
+	s, e, err := w.nameAt(lv.int(-1), parts, "call")
+	if err != nil {
+		return err
+	}
 	if isAdv {
-		w.sc.res.Calls = append(w.sc.res.Calls, Call{
-			Func: name, Scope: info.scope, Op: info.op, Shared: info.shared, Start: os, End: oe,
-		})
+		w.report(name, s, e, KindCall, "")
 	} else {
+		os, oe := w.m.span(s, e)
 		w.sc.res.Dynamic = append(w.sc.res.Dynamic, Dynamic{Kind: dynKind, Start: os, End: oe})
 	}
 	return nil
+}
+
+// nargs returns the number of arguments of a FuncCall: "nargs" in a
+// shallow tree (see countArgs), the length of "args" in a whole one.
+func nargs(v *jval) int {
+	if n, ok := v.get("nargs"); ok {
+		return n.int(-1)
+	}
+	if a, ok := v.get("args"); ok {
+		if a.kind != jArr {
+			return -1
+		}
+		return len(a.arr)
+	}
+	return 0
+}
+
+// defElem reports an option of a definition that names an advisory-lock
+// function: CREATE OPERATOR (FUNCTION = f, PROCEDURE = f, RESTRICT, JOIN),
+// CREATE AGGREGATE (SFUNC, FINALFUNC, COMBINEFUNC, ...), CREATE TYPE
+// (INPUT, OUTPUT, RECEIVE, ...), ALTER OPERATOR/TYPE ... SET, CREATE
+// FUNCTION ... SUPPORT, CREATE FOREIGN DATA WRAPPER ... HANDLER, text search
+// templates and parsers. PostgreSQL takes the name from a type name, a
+// qualified name or a string (defGetQualifiedName), so all three count. The
+// body and language of DO and CREATE FUNCTION are read as code instead.
+func (w *walker) defElem(v *jval) error {
+	dn, _ := v.get("defname")
+	def := dn.strVal()
+	if def == "as" || def == "language" {
+		return nil
+	}
+	arg, _ := v.get("arg")
+	if arg == nil {
+		return nil
+	}
+	if tn, ok := arg.get("TypeName"); ok {
+		nv, _ := tn.get("names")
+		parts := names(nv)
+		name := lockName(parts)
+		if name == "" {
+			return nil
+		}
+		lv, _ := tn.get("location")
+		s, e, err := w.nameAt(lv.int(-1), parts, def+" option")
+		if err != nil {
+			return err
+		}
+		w.report(name, s, e, KindReference, def)
+		return nil
+	}
+	if l, ok := arg.get("List"); ok {
+		it, _ := l.get("items")
+		if name := lockName(names(it)); name != "" {
+			return w.reportFound(name, false, false, KindReference, def)
+		}
+		return nil
+	}
+	if sv, ok := arg.get("String"); ok {
+		x, _ := sv.get("sval")
+		if _, isAdv := advisoryFuncs[x.strVal()]; isAdv {
+			return w.reportFound(x.strVal(), false, true, KindReference, def)
+		}
+	}
+	return nil
+}
+
+// typeCast reports a regproc or regprocedure constant that names an
+// advisory-lock function: 'pg_advisory_lock'::regproc,
+// CAST('pg_catalog.pg_advisory_lock(bigint)' AS regprocedure), regproc
+// 'x', and arrays of them.
+func (w *walker) typeCast(v *jval) error {
+	tn, _ := v.get("typeName")
+	nv, _ := tn.get("names")
+	parts := names(nv)
+	if len(parts) == 0 || !inPgCatalog(parts) {
+		return nil
+	}
+	typ := parts[len(parts)-1]
+	if typ != "regproc" && typ != "regprocedure" {
+		return nil
+	}
+	arg, _ := v.get("arg")
+	c, ok := arg.get("A_Const")
+	if !ok {
+		return nil
+	}
+	sv, _ := c.get("sval")
+	str, _ := sv.get("sval")
+	val := str.strVal()
+	if _, isArr := tn.get("arrayBounds"); isArr {
+		val = strings.Trim(strings.TrimSpace(val), "{}")
+	}
+	name := ""
+	for _, item := range strings.Split(val, ",") {
+		if name = regprocName(strings.Trim(strings.TrimSpace(item), `"`)); name != "" {
+			break
+		}
+		if name = regprocName(strings.TrimSpace(item)); name != "" {
+			break
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	lv, _ := c.get("location")
+	lit, err := lexLiteral(w.text, lv.int(-1))
+	if err != nil && lit.end == 0 {
+		return &ParseError{Msg: "cannot locate the " + typ + " constant naming " + name, Pos: w.m.start(max(lv.int(0), 0)), Err: err}
+	}
+	w.report(name, lit.start, lit.end, KindReference, typ)
+	return nil
+}
+
+// regprocName returns the advisory-lock function a regproc or regprocedure
+// input string names ("pg_advisory_lock", "pg_catalog.pg_advisory_lock",
+// "\"pg_advisory_lock\"(bigint)"), or "".
+func regprocName(s string) string {
+	var parts []string
+	i := skipSpace(s, 0)
+	for {
+		v, e, _, err := lexIdent(s, i)
+		if err != nil {
+			return ""
+		}
+		parts = append(parts, v)
+		i = skipSpace(s, e)
+		if i < len(s) && s[i] == '.' {
+			i = skipSpace(s, i+1)
+			continue
+		}
+		break
+	}
+	if i < len(s) && s[i] != '(' {
+		return ""
+	}
+	return lockName(parts)
+}
+
+// indirection reports attribute notation, (expr).pg_advisory_lock, which
+// PostgreSQL runs as pg_advisory_lock(expr).
+func (w *walker) indirection(v *jval) error {
+	ind, _ := v.get("indirection")
+	if ind == nil {
+		return nil
+	}
+	for i := range ind.arr {
+		sv, ok := ind.arr[i].get("String")
+		if !ok {
+			continue
+		}
+		x, _ := sv.get("sval")
+		if _, isAdv := advisoryFuncs[x.strVal()]; isAdv {
+			if err := w.reportFound(x.strVal(), true, false, KindAttribute, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// columnRef reports param.pg_advisory_lock in a function body: attribute
+// notation on a parameter (or a row variable). At the top level the first
+// name can only be a table, whose row no advisory-lock function accepts.
+func (w *walker) columnRef(v *jval) error {
+	fv, _ := v.get("fields")
+	if fv == nil || len(fv.arr) < 2 {
+		return nil
+	}
+	parts := names(fv)
+	for k := 1; k < len(parts); k++ {
+		if _, isAdv := advisoryFuncs[parts[k]]; !isAdv {
+			continue
+		}
+		lv, _ := v.get("location")
+		s, e, err := w.nameAt(lv.int(-1), parts[:k+1], "attribute")
+		if err != nil {
+			return err
+		}
+		w.report(parts[k], s, e, KindAttribute, "")
+	}
+	return nil
+}
+
+// nameList reports a list of names (ObjectWithArgs.objname, the function of
+// CREATE TRIGGER, CREATE EVENT TRIGGER, CREATE LANGUAGE, CREATE ACCESS
+// METHOD, CREATE CONVERSION, or the name CREATE FUNCTION defines) that
+// names an advisory-lock function.
+func (w *walker) nameList(v *jval, via string) error {
+	if name := lockName(names(v)); name != "" {
+		return w.reportFound(name, false, false, KindReference, via)
+	}
+	return nil
+}
+
+// reportFound reports a reference whose position the parse tree does not
+// give: the first token of the statement not reported yet that spells name
+// as an identifier (after a '.' when attr) or, with str, as a string
+// constant.
+func (w *walker) reportFound(name string, attr, str bool, kind Kind, via string) error {
+	if w.toks == nil {
+		w.toks = tokenStarts(w.text[:w.stmtEnd])
+		w.used = map[int]bool{}
+	}
+	t := w.text[:w.stmtEnd]
+	for i := w.stmtStart; i < len(t); i++ {
+		if !w.toks[i] || w.used[i] {
+			continue
+		}
+		e := -1
+		if str {
+			if l, err := lexLiteral(t, i); err == nil && l.val == name {
+				e = l.end
+			}
+		} else if v, end, _, err := lexIdent(t, i); err == nil && v == name {
+			if !attr || prevByte(t, i) == '.' {
+				e = end
+			}
+		}
+		if e > 0 {
+			w.used[i] = true
+			w.report(name, i, e, kind, via)
+			return nil
+		}
+	}
+	return &ParseError{Msg: "cannot locate the reference to " + name, Pos: w.m.start(w.stmtStart)}
+}
+
+// prevByte returns the last byte before s[i] that is not white space, or 0.
+func prevByte(s string, i int) byte {
+	for j := i - 1; j >= 0; j-- {
+		if !isSpace(s[j]) {
+			return s[j]
+		}
+	}
+	return 0
 }
 
 // body handles the string body of a DO block (options in "args", default
@@ -323,8 +647,12 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 			hasLang = true
 		case "as":
 			as = arg
-			al, _ := d.get("arg_location")
+			al, ok := d.get("arg_location")
 			argLoc = al.int(-1)
+			if !ok {
+				lv, _ := d.get("location")
+				argLoc = bodyLocation(w.text, lv.int(-1))
+			}
 		}
 	}
 	if as == nil {
@@ -370,11 +698,132 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 		return &ParseError{Msg: "cannot map the function body back to the query (write it as a $$ or '...' string)", Pos: pos, Err: lerr}
 	}
 	bm := w.m.lit(lit)
-	if lang == "sql" {
-		_, err := w.sc.sql(lit.val, bm, w.depth+1, false)
-		return err
+	for k, rd := range bodyReadings(opts, optKey == "options", lit.val, w.sc.rd) {
+		sub := &scanner{rd: rd}
+		var err error
+		if lang == "sql" {
+			_, err = sub.sql(lit.val, bm, w.depth+1, false)
+		} else {
+			err = sub.plpgsqlBody(w.text, w.stmtStart, w.stmtEnd, lit, bm, w.depth+1)
+		}
+		if err != nil {
+			if k == 0 {
+				return err
+			}
+			// The body does not even parse under the other reading: called
+			// under it, the function fails before running anything.
+			continue
+		}
+		w.sc.merge(sub.res)
 	}
-	return w.sc.plpgsql(w.text[w.stmtStart:w.stmtEnd], lit.val, bm, w.depth+1)
+	return nil
+}
+
+// bodyReadings returns the readings a function body must be scanned under,
+// the one its creation is checked under first. A DO block runs now, under
+// the current reading. A function body is read again whenever the
+// function is called, under the session's standard_conforming_strings of
+// that moment, unless the function fixes it (SET
+// standard_conforming_strings = ... or FROM CURRENT): so a body that has a
+// backslash, the only byte the setting changes the meaning of, is scanned
+// under both readings and what either finds is reported.
+func bodyReadings(opts *jval, function bool, body string, cur reading) []reading {
+	if !function {
+		return []reading{cur}
+	}
+	for i := range opts.arr {
+		d, _ := opts.arr[i].get("DefElem")
+		dn, _ := d.get("defname")
+		if dn.strVal() != "set" {
+			continue
+		}
+		arg, _ := d.get("arg")
+		vs, _ := arg.get("VariableSetStmt")
+		nv, _ := vs.get("name")
+		if nv.strVal() != "standard_conforming_strings" {
+			continue
+		}
+		kind, _ := vs.get("kind")
+		switch kind.strVal() {
+		case "VAR_SET_CURRENT":
+			return []reading{cur}
+		case "VAR_SET_VALUE":
+			args, _ := vs.get("args")
+			if args != nil && len(args.arr) == 1 {
+				c, _ := args.arr[0].get("A_Const")
+				v := ""
+				if sv, ok := c.get("sval"); ok {
+					x, _ := sv.get("sval")
+					v = x.strVal()
+				} else if iv, ok := c.get("ival"); ok {
+					x, _ := iv.get("ival")
+					v = x.str
+					if v == "" {
+						v = "0" // pg_query omits zero values
+					}
+				}
+				if rd, err := (Settings{StandardConformingStrings: v}).reading(); err == nil && v != "" {
+					return []reading{rd}
+				}
+			}
+		}
+		// SET ... TO DEFAULT and values we cannot read: either reading.
+		return []reading{cur, {scsOff: !cur.scsOff}}
+	}
+	if strings.IndexByte(body, '\\') >= 0 {
+		return []reading{cur, {scsOff: !cur.scsOff}}
+	}
+	return []reading{cur}
+}
+
+// merge adds the findings of r that sc does not have yet.
+func (sc *scanner) merge(r Result) {
+	for _, c := range r.Calls {
+		if !slices.Contains(sc.res.Calls, c) {
+			sc.res.Calls = append(sc.res.Calls, c)
+		}
+	}
+	for _, d := range r.Dynamic {
+		if !slices.Contains(sc.res.Dynamic, d) {
+			sc.res.Dynamic = append(sc.res.Dynamic, d)
+		}
+	}
+}
+
+// plpgsqlBody scans the PL/pgSQL body lit of the DO or CREATE FUNCTION
+// statement text[stmtStart:stmtEnd]. With standard_conforming_strings off
+// the body is rewritten (rewriteSCS) and put back into the statement as a
+// dollar-quoted string, so that PL/pgSQL's parser, which has no such
+// option, reads its strings as the server will.
+func (sc *scanner) plpgsqlBody(text string, stmtStart, stmtEnd int, lit literal, bm mapping, depth int) error {
+	if !sc.rd.scsOff {
+		return sc.plpgsql(text[stmtStart:stmtEnd], lit.val, bm, depth)
+	}
+	body, ins, u := rewriteSCS(lit.val)
+	if u >= 0 {
+		return &ParseError{Msg: errUnsafeUnicode, Pos: bm.start(u)}
+	}
+	tag := "$lockscan$"
+	for n := 0; strings.Contains(body, tag); n++ {
+		tag = "$lockscan" + itoa(n) + "$"
+	}
+	stmt := text[stmtStart:lit.start] + tag + body + tag + text[lit.end:stmtEnd]
+	return sc.plpgsql(stmt, body, bm.insMapping(ins), depth)
+}
+
+// bodyLocation finds the string constant of a DO or CREATE FUNCTION body
+// from the location of its DefElem, for libpg_query versions that do not
+// report arg_location (the WebAssembly build's): the constant itself (DO),
+// or the AS keyword before it (CREATE FUNCTION ... AS). It returns -1 when
+// neither is there.
+func bodyLocation(text string, loc int) int {
+	if loc < 0 || loc >= len(text) {
+		return -1
+	}
+	if hasFold(text, loc, "as") && (loc+2 == len(text) || !isIdentCont(text[loc+2])) {
+		return skipSpace(text, loc+2)
+	}
+	return loc
 }
 
 // plMu serialises ParsePlPgSqlToJSON: libpg_query redirects the process's
@@ -396,8 +845,11 @@ func (sc *scanner) plpgsql(stmt, body string, bm mapping, depth int) error {
 	if depth > maxDepth {
 		return &ParseError{Msg: "function bodies nested too deeply", Pos: bm.start(0)}
 	}
+	if err := plNestingError(body, bm); err != nil {
+		return err
+	}
 	plMu.Lock()
-	js, err := pg_query.ParsePlPgSqlToJSON(stmt)
+	js, err := parsePlPgSQLToJSON(stmt)
 	plMu.Unlock()
 	if err != nil {
 		return &ParseError{Msg: "PL/pgSQL: " + strings.TrimSpace(err.Error()), Pos: bm.start(0), Err: err}
@@ -500,7 +952,7 @@ func (sc *scanner) dynamicExecute(tree *jval, text string, em mapping, depth int
 	if err != nil || lit.val != str.strVal() {
 		return report()
 	}
-	sub := scanner{}
+	sub := scanner{rd: sc.rd}
 	if _, err := sub.sql(lit.val, em.lit(lit), depth+1, false); err != nil {
 		// The server only parses the string when EXECUTE runs.
 		return report()
