@@ -218,6 +218,35 @@ func Panicked(p *PackageResult) string {
 	return top
 }
 
+// TimedOut returns the tests that were running when the test binary hit
+// its -timeout, from the "running tests:" list of the timeout panic.
+func TimedOut(p *PackageResult) []string {
+	text := p.Output
+	for _, t := range p.Tests {
+		if strings.Contains(t.Output, "panic: test timed out") {
+			text += t.Output
+		}
+	}
+	i := strings.Index(text, "panic: test timed out")
+	if i < 0 {
+		return nil
+	}
+	var names []string
+	lines := strings.Split(text[i:], "\n")
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		if l == "running tests:" {
+			continue
+		}
+		name, _, ok := strings.Cut(l, " (")
+		if !ok || !strings.HasPrefix(name, "Test") {
+			break
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
 // Counts are the outcomes of a package's top-level tests, and of all its
 // tests with subtests.
 type Counts struct {

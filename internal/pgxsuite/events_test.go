@@ -204,3 +204,14 @@ func TestMergeAndPanicked(t *testing.T) {
 		t.Error("a failure without a panic counted as one")
 	}
 }
+
+func TestTimedOut(t *testing.T) {
+	p := result(map[string]Outcome{"TestStmtExec": Fail})
+	p.Tests["TestStmtExec"].Output = "=== RUN   TestStmtExec\npanic: test timed out after 3m0s\n\trunning tests:\n\t\tTestStmtExec (3m0s)\n\t\tTestOther/sub (2m0s)\n\ngoroutine 1 [running]:\n"
+	if got := strings.Join(TimedOut(p), " "); got != "TestStmtExec TestOther/sub" {
+		t.Errorf("TimedOut = %q", got)
+	}
+	if TimedOut(result(map[string]Outcome{"TestA": Fail})) != nil {
+		t.Error("no timeout reported one")
+	}
+}

@@ -58,7 +58,7 @@ type flags struct {
 func main() {
 	var f flags
 	flag.StringVar(&f.run, "run", "", "only the tests matching this regexp (go test -run)")
-	flag.DurationVar(&f.timeout, "timeout", 10*time.Minute, "go test -timeout of one run")
+	flag.DurationVar(&f.timeout, "timeout", 3*time.Minute, "go test -timeout of one run (the plain suites take about 20s)")
 	flag.StringVar(&f.out, "out", "", "directory to keep the go test -json output of every run in")
 	flag.BoolVar(&f.keep, "keep", false, "keep the temporary copies of pgx (their path is printed)")
 	flag.BoolVar(&f.verbose, "v", false, "print the whole output of every regressed test")
@@ -443,9 +443,9 @@ func completeRun(ctx context.Context, res Run, t *tree, suites []string, listed 
 		if p == nil || p.BuildFailed != "" {
 			continue
 		}
-		died := Panicked(p)
+		died, timedOut := Panicked(p), TimedOut(p)
 		reruns := 0
-		for round := 0; round < 5 && ctx.Err() == nil; round++ {
+		for round := 0; round < 3 && ctx.Err() == nil; round++ {
 			missing := Missing(p, listed[s])
 			if len(missing) == 0 {
 				break
@@ -463,9 +463,12 @@ func completeRun(ctx context.Context, res Run, t *tree, suites []string, listed 
 				break
 			}
 		}
-		if reruns > 0 || died != "" {
+		if reruns > 0 || died != "" || len(timedOut) > 0 {
 			text := "the test binary exited"
-			if died != "" {
+			switch {
+			case len(timedOut) > 0:
+				text += fmt.Sprintf(" after -timeout %v, hung in %s", f.timeout, strings.Join(timedOut, ", "))
+			case died != "":
 				text += " in " + died + " (panic)"
 			}
 			if reruns > 0 {
