@@ -13,11 +13,9 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -61,18 +59,18 @@ func (d *Driver) OpenConnector(dsn string) (driver.Connector, error) {
 	return NewConnector(dsn)
 }
 
-// Connector creates pgadvisory connections. It detects the pool mode on its
-// first physical connection and reuses the conclusion for every later one
-// (a failed detection is retried on the next connection). Create it with
-// NewConnector, NewConnectorConfig or Wrap; it is safe for concurrent use.
+// Connector creates pgadvisory connections. Those of NewConnector,
+// NewConnectorConfig and OpenDB are pgx stdlib connections over a config
+// guarded by ConfigureConn: the guard works out the pool mode of every
+// physical connection and applies the policy on pgx's wire. Those of Wrap
+// go through another connector, and the policy runs on the SQL text. It is
+// safe for concurrent use.
 type Connector struct {
-	inner   driver.Connector
-	cfg     config
-	scanner *lockscan.Scanner
+	inner driver.Connector
+	cfg   config
+	g     *guard
 
-	// pgx-built connectors only.
-	pgxConfig    *pgx.ConnConfig
-	explicitExec bool // the DSN chose default_query_exec_mode
+	pgxConfig *pgx.ConnConfig // pgx-built connectors only
 
 	mu       sync.Mutex
 	known    bool
@@ -91,62 +89,49 @@ func NewConnector(dsn string, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgadvisory: %w", err) // pgconn's ParseConfigError redacts passwords
 	}
-	// pgx consumes default_query_exec_mode; look at the raw settings to know
-	// whether the user chose it.
-	raw, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("pgadvisory: %w", err)
-	}
-	_, explicit := raw.RuntimeParams["default_query_exec_mode"]
-	return newPgxConnector(pc, explicit, opts)
+	return newPgxConnector(pc, opts)
 }
 
-// NewConnectorConfig returns a Connector for a pgx config (created by
-// pgx.ParseConfig). pgadvisory_* keys in RuntimeParams are taken out and
-// applied; options override them. Since a config cannot tell a chosen
-// cache_statement from the default, DefaultQueryExecMode cache_statement is
-// treated as not chosen; describe_exec counts as an explicit choice.
+// NewConnectorConfig returns a Connector for a pgx config, which must come
+// from pgx.ParseConfig. The config is copied; pgadvisory_* keys in its
+// RuntimeParams are taken out and applied, and options override them.
 func NewConnectorConfig(cfg *pgx.ConnConfig, opts ...Option) (*Connector, error) {
 	if cfg == nil {
 		return nil, errors.New("pgadvisory: NewConnectorConfig: nil config")
 	}
-	cfg = cfg.Copy()
-	return newPgxConnector(cfg, cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement, opts)
+	if cfg.Host == "" && cfg.ConnString() == "" {
+		return nil, errors.New("pgadvisory: NewConnectorConfig: config must be created by pgx.ParseConfig")
+	}
+	return newPgxConnector(cfg.Copy(), opts)
 }
 
-func newPgxConnector(pc *pgx.ConnConfig, explicit bool, opts []Option) (*Connector, error) {
-	c := &Connector{pgxConfig: pc, explicitExec: explicit, cfg: defaultConfig()}
-	if err := c.cfg.takeParams(pc.RuntimeParams); err != nil {
+func newPgxConnector(pc *pgx.ConnConfig, opts []Option) (*Connector, error) {
+	g, err := configureConn(pc, opts)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.applyOptions(opts); err != nil {
-		return nil, err
-	}
-	if err := c.cfg.buildAdmin(pc.Host, pc.Port); err != nil {
-		return nil, err
-	}
-	if explicit && !safeExecMode(pc.DefaultQueryExecMode) && !c.cfg.preparedOK && !c.cfg.declared.SessionLocksSafe() && c.cfg.declared != poolmode.Unknown {
-		return nil, c.unsafeExecErr(c.cfg.declared, pc.DefaultQueryExecMode)
-	}
-	c.inner = stdlib.GetConnector(*pc, stdlib.OptionBeforeConnect(c.beforeConnect))
+	c := &Connector{pgxConfig: pc, cfg: g.cfg, g: g}
+	c.inner = stdlib.GetConnector(*pc)
 	c.seed()
 	return c, nil
 }
 
 // Wrap returns a Connector that sends statements through inner after the
-// policy checks: any database/sql connector works (pgx stdlib, go-sqlmock,
-// lib/pq). Pool-mode detection needs a pgx connection; for another driver
-// declare the mode with WithPoolMode, or the fail-safe Transaction applies.
-// When inner yields *stdlib.Conn with an unsafe exec mode behind transaction
-// or statement pooling, a safe mode is passed per query.
+// policy checks on their SQL text: any database/sql connector works (pgx
+// stdlib, go-sqlmock, lib/pq). Only the calls through database/sql are
+// checked — the guard on pgx's wire needs a config (NewConnectorConfig, or
+// ConfigureConn and stdlib.GetConnector). Pool-mode detection needs a pgx
+// connection; for another driver declare the mode with WithPoolMode, or
+// the fail-safe Transaction applies.
 func Wrap(inner driver.Connector, opts ...Option) (*Connector, error) {
 	if inner == nil {
 		return nil, errors.New("pgadvisory: Wrap: nil connector")
 	}
-	c := &Connector{inner: inner, cfg: defaultConfig()}
-	if err := c.applyOptions(opts); err != nil {
+	cfg, err := buildConfig(nil, opts)
+	if err != nil {
 		return nil, err
 	}
+	c := &Connector{inner: inner, cfg: cfg, g: newGuard(cfg)}
 	c.seed()
 	return c, nil
 }
@@ -158,23 +143,6 @@ func OpenDB(dsn string, opts ...Option) (*sql.DB, error) {
 		return nil, err
 	}
 	return sql.OpenDB(c), nil
-}
-
-func (c *Connector) applyOptions(opts []Option) error {
-	for i, o := range opts {
-		if o == nil {
-			// Most likely an option variable that was never assigned.
-			return fmt.Errorf("pgadvisory: option %d of %d is nil", i+1, len(opts))
-		}
-		if err := o(&c.cfg); err != nil {
-			return err
-		}
-	}
-	if c.cfg.logger == nil {
-		c.cfg.logger = slog.Default()
-	}
-	c.scanner = lockscan.NewScanner(cacheSizeArg(c.cfg.scanCacheSize))
-	return nil
 }
 
 func cacheSizeArg(n int) int {
@@ -197,39 +165,27 @@ func (c *Connector) cached() (poolmode.Mode, poolmode.Evidence, bool) {
 	return c.mode, c.evidence, c.known
 }
 
-// beforeConnect picks the exec mode for a new pgx connection once the pool
-// mode is known: the first connection of an auto-detecting connector keeps
-// the user's mode and gets a per-query override instead (see Connect).
-func (c *Connector) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
-	mode, _, known := c.cached()
-	if known && !mode.SessionLocksSafe() && !c.cfg.preparedOK && !c.explicitExec {
-		cc.DefaultQueryExecMode = c.safeModeFor(cc)
-	}
-	return nil
+func (c *Connector) remember(m poolmode.Mode, ev poolmode.Evidence) {
+	c.mu.Lock()
+	c.known, c.mode, c.evidence = true, m, ev
+	c.mu.Unlock()
 }
 
-func (c *Connector) safeModeFor(cc *pgx.ConnConfig) pgx.QueryExecMode {
-	m := c.cfg.safeExecMode
-	if m == pgx.QueryExecModeCacheDescribe && cc.DescriptionCacheCapacity == 0 {
-		m = pgx.QueryExecModeExec
-	}
-	return m
-}
-
-func (c *Connector) unsafeExecErr(m poolmode.Mode, e pgx.QueryExecMode) error {
-	return fmt.Errorf("%w: default_query_exec_mode=%v behind %s pooling leaves prepared statements on shared server backends (measured: errors 42P05/26000, or another client's rows); use cache_describe, exec or simple_protocol, or declare that the pooler handles prepared statements with pgadvisory_prepared_statements=true (PgBouncer >= 1.21 with max_prepared_statements)",
-		ErrUnsafeExecMode, execModeName(e), m)
-}
-
-// Connect opens a connection through the inner connector, detects the pool
-// mode when it is not known yet (one simple-protocol round trip), and wraps
-// the connection.
+// Connect opens a connection through the inner connector. Through the
+// guard, the pool mode is that physical connection's; behind Wrap it is
+// detected once (one simple-protocol round trip on a pgx connection) and
+// reused.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	inner, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	pgxConn := pgxConnOf(inner)
+	if gc := guardOf(pgxConn); gc != nil {
+		m, ev, _ := gc.PoolMode()
+		c.remember(m, ev)
+		return newConn(c, inner, pgxConn, m, ev), nil
+	}
 	mode, ev, known := c.cached()
 	if !known {
 		mode, ev, err = c.detect(ctx, pgxConn)
@@ -237,38 +193,24 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 			inner.Close()
 			return nil, err
 		}
-		c.mu.Lock()
-		if !c.known {
-			c.known, c.mode, c.evidence = true, mode, ev
-		}
-		c.mu.Unlock()
+		c.remember(mode, ev)
 	}
-	conn := newConn(c, inner, pgxConn, mode, ev)
-	if pgxConn != nil && !mode.SessionLocksSafe() && !c.cfg.preparedOK {
-		// Config copies the whole config: this runs once per connection.
-		em := pgxConn.Config().DefaultQueryExecMode
-		if !safeExecMode(em) {
-			if c.explicitExec {
-				inner.Close()
-				return nil, c.unsafeExecErr(mode, em)
-			}
-			conn.execOverride = c.safeModeFor(pgxConn.Config())
-		}
-	}
-	return conn, nil
+	return newConn(c, inner, pgxConn, mode, ev), nil
 }
 
+// detect works out the pool mode behind a wrapped connection.
 func (c *Connector) detect(ctx context.Context, pc *pgx.Conn) (poolmode.Mode, poolmode.Evidence, error) {
 	if pc == nil {
 		c.cfg.logger.LogAttrs(ctx, slog.LevelWarn,
-			"pgadvisory: cannot detect the pool mode through a non-pgx connection; assuming transaction pooling (session-level advisory locks are refused). Declare it with pgadvisory.WithPoolMode")
+			"pgadvisory: cannot detect the pool mode through a non-pgx connection; pool mode unknown, assumed transaction pooling (session-level advisory locks are refused). Declare it with pgadvisory.WithPoolMode")
 		return poolmode.Transaction, poolmode.Evidence{Source: poolmode.SourceFallback}, nil
 	}
-	opts := poolmode.DetectOptions{Admin: c.cfg.admin, Logger: c.cfg.logger}
-	if c.pgxConfig != nil {
-		opts.Database, opts.User = c.pgxConfig.Database, c.pgxConfig.User
+	pcfg := pc.Config()
+	admin := c.cfg
+	if err := admin.buildAdmin(pcfg.Host, pcfg.Port); err != nil {
+		return poolmode.Unknown, poolmode.Evidence{}, err
 	}
-	m, ev, err := poolmode.Detect(ctx, pc.PgConn(), opts)
+	m, ev, err := poolmode.Detect(ctx, pc.PgConn(), poolmode.DetectOptions{Admin: admin.admin, Logger: c.cfg.logger, Database: pcfg.Database, User: pcfg.User})
 	if err != nil {
 		return m, ev, fmt.Errorf("pgadvisory: detect pool mode: %w", err)
 	}
@@ -287,8 +229,8 @@ func (c *Connector) Close() error {
 	return nil
 }
 
-// PoolMode returns the connector's conclusion, and false when no connection
-// has been made yet.
+// PoolMode returns the pool mode of the connector's most recent connection
+// (or the declared one), and false when no connection has been made yet.
 func (c *Connector) PoolMode() (poolmode.Mode, poolmode.Evidence, bool) { return c.cached() }
 
 // PoolMode reports the pool mode a pgadvisory *sql.DB concluded for its

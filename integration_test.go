@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jmoiron/sqlx"
 
@@ -377,7 +378,8 @@ func TestIntegrationSqlx(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 4_000_070); !errors.Is(err, pgadvisory.ErrSessionLock) {
 		t.Fatalf("session lock in sqlx tx: %v", err)
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
+	// As after any failed statement, the transaction is aborted.
+	if err := tx.Commit(); !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Fatalf("commit after the refusal: %v, want pgx.ErrTxCommitRollback", err)
 	}
 }

@@ -24,7 +24,7 @@ const heldLocksQuery = "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype 
 // connection may be kept. The simple protocol leaves no prepared
 // statement behind.
 func checkLeaks(ctx context.Context, pc *pgconn.PgConn, action LeakAction) (*LeakedLockError, bool) {
-	n, err := queryCount(ctx, pc, heldLocksQuery)
+	n, err := heldLocks(ctx, pc)
 	if err != nil {
 		return &LeakedLockError{Action: LeakDiscard, Cause: err}, false
 	}
@@ -40,8 +40,9 @@ func checkLeaks(ctx context.Context, pc *pgconn.PgConn, action LeakAction) (*Lea
 	return le, le.Action != LeakDiscard
 }
 
-func queryCount(ctx context.Context, pc *pgconn.PgConn, q string) (int64, error) {
-	res, err := pc.Exec(ctx, q).ReadAll()
+// heldLocks counts the advisory locks pc's backend holds.
+func heldLocks(ctx context.Context, pc *pgconn.PgConn) (int64, error) {
+	res, err := pc.Exec(ctx, heldLocksQuery).ReadAll()
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,7 @@
 package pgadvisory
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -95,16 +96,13 @@ func TestDSNPasswordsNeverInErrors(t *testing.T) {
 }
 
 func TestExecModeChoice(t *testing.T) {
-	// Declared transaction pooling, no mode chosen: the connector keeps the
-	// user's config and applies the safe mode before every connect.
+	// Declared transaction pooling, no mode chosen: the guard picks the
+	// safe mode.
 	c, err := NewConnector("host=h user=u pgadvisory_pool_mode=transaction")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := c.pgxConfig.Copy()
-	if err := c.beforeConnect(t.Context(), cc); err != nil {
-		t.Fatal(err)
-	}
+	cc := c.pgxConfig
 	if cc.DefaultQueryExecMode != DefaultSafeExecMode {
 		t.Errorf("exec mode %v, want %v", cc.DefaultQueryExecMode, DefaultSafeExecMode)
 	}
@@ -113,8 +111,7 @@ func TestExecModeChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc = c.pgxConfig.Copy()
-	c.beforeConnect(t.Context(), cc)
+	cc = c.pgxConfig
 	if cc.DefaultQueryExecMode != pgx.QueryExecModeExec {
 		t.Errorf("explicit exec mode replaced by %v", cc.DefaultQueryExecMode)
 	}
@@ -123,8 +120,7 @@ func TestExecModeChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc = c.pgxConfig.Copy()
-	c.beforeConnect(t.Context(), cc)
+	cc = c.pgxConfig
 	if cc.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		t.Errorf("declared prepared-statement support: mode replaced by %v", cc.DefaultQueryExecMode)
 	}
@@ -133,10 +129,21 @@ func TestExecModeChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc = c.pgxConfig.Copy()
-	c.beforeConnect(t.Context(), cc)
+	cc = c.pgxConfig
 	if cc.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		t.Errorf("direct: mode replaced by %v", cc.DefaultQueryExecMode)
+	}
+	// Not declared: the safe mode too, until a connection proves otherwise.
+	c, err = NewConnector("host=h user=u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.pgxConfig.DefaultQueryExecMode; m != DefaultSafeExecMode {
+		t.Errorf("undeclared pool mode: exec mode %v, want %v", m, DefaultSafeExecMode)
+	}
+	// An unsafe mode chosen for a declared pooler is refused at once.
+	if _, err := NewConnector("host=h user=u pgadvisory_pool_mode=transaction default_query_exec_mode=cache_statement"); !errors.Is(err, ErrUnsafeExecMode) {
+		t.Errorf("declared transaction pooling with cache_statement: %v, want ErrUnsafeExecMode", err)
 	}
 	if _, err := NewConnector("host=h user=u", WithSafeExecMode(pgx.QueryExecModeDescribeExec)); err == nil {
 		t.Error("WithSafeExecMode accepted describe_exec")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,9 +23,18 @@ type guard struct {
 	scanner      *lockscan.Scanner
 	scanAll      bool // behind pooling every text goes through the scanner's own pre-filter (dynamic SQL too)
 	explicitExec bool // the user chose the query exec mode
+	execMode     pgx.QueryExecMode
 	database     string
 	user         string
+
+	// statementPooling is set once the pooler refused a transaction as
+	// only statement pooling does: detection then concludes Statement.
+	statementPooling atomic.Bool
 }
+
+// statementPoolingRefusal is PgBouncer's message for a transaction behind
+// statement pooling.
+const statementPoolingRefusal = "transaction blocks not allowed in statement pooling mode"
 
 func newGuard(cfg config) *guard {
 	return &guard{
@@ -98,41 +108,58 @@ func ParsePoolConfig(connString string, opts ...Option) (*pgxpool.Config, error)
 // (cache_describe) when the mode is not declared direct or session.
 // Call it once per config.
 func ConfigureConn(cfg *pgx.ConnConfig, opts ...Option) error {
-	if cfg == nil {
-		return errors.New("pgadvisory: ConfigureConn: nil config")
-	}
-	if cfg.Host == "" && cfg.ConnString() == "" {
-		return errors.New("pgadvisory: ConfigureConn: config must be created by pgx.ParseConfig (or pgxpool.ParseConfig)")
-	}
-	if cfg.ChannelBinding == "require" {
-		// pgconn finds channel-binding data only on a *tls.Conn, which the
-		// guard's wrapper hides from it.
-		return errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
-	}
+	_, err := configureConn(cfg, opts)
+	return err
+}
+
+// buildConfig reads the pgadvisory_* parameters out of params (nil for
+// none) and applies opts over them.
+func buildConfig(params map[string]string, opts []Option) (config, error) {
 	c := defaultConfig()
-	if err := c.takeParams(cfg.RuntimeParams); err != nil {
-		return err
+	if err := c.takeParams(params); err != nil {
+		return c, err
 	}
 	for i, o := range opts {
 		if o == nil {
-			return fmt.Errorf("pgadvisory: option %d of %d is nil", i+1, len(opts))
+			// Most likely an option variable that was never assigned.
+			return c, fmt.Errorf("pgadvisory: option %d of %d is nil", i+1, len(opts))
 		}
 		if err := o(&c); err != nil {
-			return err
+			return c, err
 		}
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	return c, nil
+}
+
+func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
+	if cfg == nil {
+		return nil, errors.New("pgadvisory: ConfigureConn: nil config")
+	}
+	if cfg.Host == "" && cfg.ConnString() == "" {
+		return nil, errors.New("pgadvisory: ConfigureConn: config must be created by pgx.ParseConfig (or pgxpool.ParseConfig)")
+	}
+	if cfg.ChannelBinding == "require" {
+		// pgconn finds channel-binding data only on a *tls.Conn, which the
+		// guard's wrapper hides from it.
+		return nil, errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
+	}
+	c, err := buildConfig(cfg.RuntimeParams, opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.buildAdmin(cfg.Host, cfg.Port); err != nil {
-		return err
+		return nil, err
 	}
 	g := newGuard(c)
 	g.database, g.user = cfg.Database, cfg.User
 	g.explicitExec = explicitExecMode(cfg)
 	if err := g.chooseExecMode(cfg); err != nil {
-		return err
+		return nil, err
 	}
+	g.execMode = cfg.DefaultQueryExecMode
 	prevNet := cfg.AfterNetConnect
 	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		if prevNet != nil {
@@ -153,7 +180,7 @@ func ConfigureConn(cfg *pgx.ConnConfig, opts ...Option) error {
 		}
 		return nil
 	}
-	return nil
+	return g, nil
 }
 
 // ConfigurePool installs the guard on a pgxpool config (ConfigureConn on
@@ -230,11 +257,14 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	if err != nil {
 		return fmt.Errorf("pgadvisory: detect pool mode: %w", err)
 	}
+	if m != poolmode.Direct && g.statementPooling.Load() {
+		m, ev.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
+	}
 	gc.setMode(m, ev)
-	if !m.SessionLocksSafe() && g.explicitExec && !g.cfg.preparedOK {
-		// The unsafe exec mode would fail (or return another client's rows)
-		// on this connection; say so now.
-		return nil
+	if !m.SessionLocksSafe() && !g.cfg.preparedOK && !safeExecMode(g.execMode) {
+		// The exec mode the user chose would fail (or return another
+		// client's rows) on this connection: say so now.
+		return &UnsafeExecModeError{Mode: m, ExecMode: g.execMode}
 	}
 	return nil
 }

@@ -457,7 +457,7 @@ func TestPipelineTxOptions(t *testing.T) {
 		}
 		t.Run(target+"/unsupported", func(t *testing.T) {
 			_, err := db.BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelLinearizable})
-			if err == nil || !strings.Contains(err.Error(), "pgadvisory: unsupported isolation level") {
+			if err == nil || !strings.Contains(err.Error(), "unsupported isolation") {
 				t.Errorf("BeginTx(Linearizable) err = %v", err)
 			}
 		})
@@ -611,11 +611,12 @@ func TestPipelineFailingFirstStatement(t *testing.T) {
 	}
 }
 
-// TestPipelineBeginError: when the BEGIN itself fails, the first statement
-// returns the BEGIN's error with its own prefix and does not run; later
-// statements and Commit return it too; Rollback sends nothing. A PgBouncer
-// in statement mode, taken for a transaction pooler (no admin console to ask),
-// refuses the BEGIN.
+// TestPipelineBeginError: a PgBouncer in statement mode, taken for a
+// transaction pooler (no admin console to ask), refuses the deferred BEGIN
+// when it arrives with the first statement: that statement returns
+// PgBouncer's error and did not run. The refusal is evidence of statement
+// pooling: the next connection is known to be behind statement pooling, and
+// its transactions are refused before anything is sent.
 func TestPipelineBeginError(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
@@ -625,33 +626,14 @@ func TestPipelineBeginError(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tx.ExecContext(ctx, "SELECT set_config('"+localSetting+"', $1, true)", "x")
-	if err == nil || !strings.HasPrefix(err.Error(), "pgadvisory: begin (pipelined with the first statement): ") {
-		t.Fatalf("first statement: %v, want the BEGIN's error", err)
-	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		t.Fatalf("BEGIN error %v does not unwrap to the server's *pgconn.PgError", err)
+	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "statement pooling") {
+		t.Fatalf("first statement: %v, want PgBouncer's refusal of the transaction", err)
 	}
-	t.Logf("BEGIN error: %v", err)
-	if _, err2 := tx.ExecContext(ctx, "SELECT 1"); err2 == nil || err2.Error() != err.Error() {
-		t.Errorf("second statement: %v, want the BEGIN error again", err2)
-	}
-	if err := tx.Commit(); err == nil || !strings.Contains(err.Error(), "pgadvisory: begin") {
-		t.Errorf("Commit after a failed BEGIN: %v, want the BEGIN error", err)
-	}
-	if err := tx.Rollback(); !errors.Is(err, sql.ErrTxDone) {
-		t.Errorf("Rollback after Commit: %v, want sql.ErrTxDone", err)
-	}
-
-	tx, err = db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.QueryContext(ctx, "SELECT 1"); err == nil {
-		t.Fatal("query after failed BEGIN succeeded")
-	}
-	if err := tx.Rollback(); err != nil {
-		t.Errorf("Rollback after a failed BEGIN: %v, want nil", err)
+	tx.Rollback()
+	_, err = db.BeginTx(ctx, nil)
+	if !errors.Is(err, pgadvisory.ErrStatementPooling) {
+		t.Fatalf("BeginTx after the refusal: %v, want ErrStatementPooling", err)
 	}
 }
 
@@ -791,7 +773,7 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 	}
 	var targets []target
 	for _, m := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
-		tg := target{name: "direct/" + m, dsn: withParams(t, c.DirectDSN(), "default_query_exec_mode", m), pipelined: m != "simple_protocol", named: m == "cache_statement", queryRTs: 1}
+		tg := target{name: "direct/" + m, dsn: withParams(t, c.DirectDSN(), "default_query_exec_mode", m), pipelined: true, named: m == "cache_statement", queryRTs: 1}
 		if m == "describe_exec" {
 			tg.queryRTs = 2 // describe, then BEGIN+execute
 		}
@@ -828,7 +810,6 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 				{"no-args", "SELECT 1::int8 AS one, 'x' AS x", nil},
 				{"more-types", moreTypesQuery, nil},
 			}
-			beginPrepared := false
 			for _, q := range queries {
 				want, wantCols := collect(t, ctx, func() (*sql.Rows, error) { return ref.QueryContext(ctx, q.q, q.args...) })
 				for i := range 3 { // later times the statement or its description is cached
@@ -855,18 +836,13 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 						}
 					}
 					if tg.named {
-						// The first time: Parse of the named statement, in
-						// its own round trip with a Close of the new name
-						// ahead of it; on the connection's first
-						// transaction the BEGIN is prepared the same way.
-						// Later nothing is parsed.
-						wantParse, wantClose := int64(1), int64(1)
-						if !beginPrepared {
-							wantParse, wantClose = 2, 2
-							beginPrepared = true
-						}
-						if i >= 1 {
-							wantParse, wantClose = 0, 0
+						// The deferred BEGIN is parsed (as the unnamed
+						// statement) in every transaction; the named
+						// statement only the first time, with the BEGIN in
+						// front of its prepare.
+						wantParse, wantClose := int64(1), int64(0)
+						if i == 0 {
+							wantParse = 2
 						}
 						if n, m := p.sent('P'), p.sent('C'); n != wantParse || m != wantClose {
 							t.Errorf("%s, execution %d: %d Parse and %d Close messages, want %d and %d", q.name, i+1, n, m, wantParse, wantClose)
@@ -1076,12 +1052,7 @@ func lockCycleMessages(t *testing.T, driverName, dsn string) (parsed, described 
 
 // TestPipelineFirstStatementMessages compares, message by message, what a
 // lock cycle asks of the server through pgx stdlib and through pgadvisory:
-// pipelining BEGIN must not make the server parse more. In cache_statement
-// mode the lock statement is a named prepared statement either way, and
-// pgadvisory's BEGIN is one too, so the server parses one statement fewer
-// per cycle (pgx stdlib sends BEGIN as a simple query); in cache_describe
-// mode the lock statement is parsed every time either way, and its cached
-// description spares the Describe round trip.
+// pipelining BEGIN must not make the server parse or describe more.
 func TestPipelineFirstStatementMessages(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	for _, mode := range []string{"cache_statement", "cache_describe"} {
@@ -1090,296 +1061,16 @@ func TestPipelineFirstStatementMessages(t *testing.T) {
 			refParsed, refDescribed := lockCycleMessages(t, "pgx", dsn)
 			parsed, described := lockCycleMessages(t, "pgadvisory", dsn)
 			t.Logf("per cycle: pgx stdlib parses %.1f and describes %.1f, pgadvisory %.1f and %.1f", refParsed, refDescribed, parsed, described)
-			want := refParsed
-			if mode == "cache_statement" {
-				want-- // the BEGIN, executed as a prepared statement
+			// The deferred BEGIN is parsed as the unnamed statement where
+			// pgx stdlib sends it as a simple Query: as many parses, and no
+			// Describe of its own.
+			if parsed != refParsed {
+				t.Errorf("the server parses %.1f statements per cycle through pgadvisory, %.1f through pgx stdlib", parsed, refParsed)
 			}
-			if parsed != want {
-				t.Errorf("the server parses %.1f statements per cycle through pgadvisory, %.1f through pgx stdlib; want %.1f", parsed, refParsed, want)
-			}
-			// pgconn's pipeline sends a Describe of the BEGIN's portal
-			// (answered NoData, no planning): one more per cycle.
-			if described != refDescribed+1 {
-				t.Errorf("%.1f Describe messages per cycle through pgadvisory, want pgx stdlib's %.1f plus the BEGIN's", described, refDescribed)
+			if described != refDescribed {
+				t.Errorf("%.1f Describe messages per cycle through pgadvisory, %.1f through pgx stdlib", described, refDescribed)
 			}
 		})
 	}
 }
 
-// ourStatements counts the prepared statements pgadvisory's first
-// statements hold on the connection's server session.
-func ourStatements(t *testing.T, ctx context.Context, conn *sql.Conn) int {
-	t.Helper()
-	var n int
-	err := conn.QueryRowContext(ctx, "SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE starts_with(name, $1)",
-		pgadvisory.FirstStatementPrefix).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// firstInTx runs query as the first statement of a transaction, rolls back,
-// and returns its single value.
-func firstInTx(ctx context.Context, conn *sql.Conn, query string, args ...any) (any, error) {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	var v any
-	if err := tx.QueryRowContext(ctx, query, args...).Scan(&v); err != nil {
-		return nil, err
-	}
-	return v, tx.Rollback()
-}
-
-// TestPipelineNamedStatementEviction: the per-connection cache of named
-// first statements is bounded; evicted statements are closed on the server
-// and prepared again when they come back.
-func TestPipelineNamedStatementEviction(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	conn, p := pinned(t, "pgadvisory", c.DirectDSN())
-	ctx := t.Context()
-	query := func(i int) string { return fmt.Sprintf("SELECT $1::int8 + %d", i) }
-	n := pgadvisory.MaxFirstStatements + 4
-	for i := range n {
-		v, err := firstInTx(ctx, conn, query(i), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v != int64(1+i) {
-			t.Fatalf("%s: %v, want %d", query(i), v, 1+i)
-		}
-	}
-	if got := ourStatements(t, ctx, conn); got != pgadvisory.MaxFirstStatements {
-		t.Fatalf("%d prepared statements after %d distinct first statements, want the capacity %d", got, n, pgadvisory.MaxFirstStatements)
-	}
-	if named, stale := firstStatementState(t, conn); named != pgadvisory.MaxFirstStatements || stale != 0 {
-		t.Fatalf("cache holds %d statements and %d names to close, want %d and 0", named, stale, pgadvisory.MaxFirstStatements)
-	}
-	// The most recent is still prepared; the first was evicted.
-	p.reset()
-	if v, err := firstInTx(ctx, conn, query(n-1), 2); err != nil || v != int64(n+1) {
-		t.Fatalf("most recent statement again: %v %v", v, err)
-	}
-	if got := p.sent('P'); got != 0 {
-		t.Errorf("most recent statement again: %d Parse messages, want 0 (BEGIN and statement prepared)", got)
-	}
-	p.reset()
-	if v, err := firstInTx(ctx, conn, query(0), 2); err != nil || v != int64(2) {
-		t.Fatalf("evicted statement again: %v %v", v, err)
-	}
-	if got := p.sent('P'); got != 1 {
-		t.Errorf("evicted statement again: %d Parse messages, want 1 (prepared again)", got)
-	}
-	if got := ourStatements(t, ctx, conn); got != pgadvisory.MaxFirstStatements {
-		t.Errorf("%d prepared statements after re-preparing an evicted one, want %d", got, pgadvisory.MaxFirstStatements)
-	}
-}
-
-// sqlState returns err's SQLSTATE, or "" when it has none.
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
-// TestPipelineNamedStatementInvalidation changes what a cached first
-// statement returns (ALTER TABLE) and discards every prepared statement of
-// the session (DISCARD ALL), and checks that pgadvisory behaves as pgx
-// stdlib with its own cached statement: the same error once, then the same
-// values from a statement prepared again.
-func TestPipelineNamedStatementInvalidation(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	ctx := t.Context()
-	db := openT(t, c.DirectDSN())
-	const table = "pipeline_named_inval"
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (id int, v int); INSERT INTO "+table+" VALUES (1, 10)"); err != nil {
-		t.Fatal(err)
-	}
-	const query = "SELECT v FROM " + table + " WHERE id = $1"
-	conns := map[string]*sql.Conn{}
-	var ours *turnProxy
-	for _, drv := range []string{"pgx", "pgadvisory"} {
-		conn, p := pinned(t, drv, c.DirectDSN())
-		conns[drv] = conn
-		if drv == "pgadvisory" {
-			ours = p
-		}
-		if v, err := firstInTx(ctx, conn, query, 1); err != nil || v != int64(10) {
-			t.Fatalf("%s before ALTER: %v %v", drv, v, err)
-		}
-	}
-	// compare runs the statement on both connections twice and checks
-	// that they fail and succeed alike.
-	compare := func(step string) {
-		t.Helper()
-		var errs, vals [2][2]any
-		for i, drv := range []string{"pgx", "pgadvisory"} {
-			for j := range 2 {
-				v, err := firstInTx(ctx, conns[drv], query, 1)
-				errs[i][j], vals[i][j] = sqlState(err), v
-				if err != nil && sqlState(err) == "" {
-					t.Fatalf("%s, %s, run %d: %v", step, drv, j+1, err)
-				}
-				t.Logf("%s, %s, run %d: %#v %v", step, drv, j+1, v, err)
-			}
-		}
-		if errs[0] != errs[1] || !reflect.DeepEqual(vals[0], vals[1]) {
-			t.Errorf("%s: pgx stdlib got %v %v, pgadvisory %v %v", step, errs[0], vals[0], errs[1], vals[1])
-		}
-		if errs[1][1] != "" {
-			t.Errorf("%s: second run through pgadvisory failed with %v", step, errs[1][1])
-		}
-	}
-	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ALTER COLUMN v TYPE text"); err != nil {
-		t.Fatal(err)
-	}
-	compare("after ALTER TABLE")
-	if got := ourStatements(t, ctx, conns["pgadvisory"]); got != 2 {
-		t.Errorf("%d prepared statements after re-preparing, want 2 (BEGIN and the statement; the stale one closed)", got)
-	}
-	for _, conn := range conns {
-		if _, err := conn.ExecContext(ctx, "DISCARD ALL"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	compare("after DISCARD ALL")
-	// The lock statement keeps working on the connection.
-	ours.reset()
-	if v, err := firstInTx(ctx, conns["pgadvisory"], query, 1); err != nil || v != "10" {
-		t.Fatalf("after recovery: %v %v", v, err)
-	}
-	if got := ours.sent('P'); got != 0 {
-		t.Errorf("after recovery: %d Parse messages, want 0 (BEGIN and statement prepared again)", got)
-	}
-	if named, stale := firstStatementState(t, conns["pgadvisory"]); named != 2 || stale != 0 {
-		t.Errorf("after recovery: %d cached statements and %d names to close, want 2 (BEGIN and statement) and 0", named, stale)
-	}
-}
-
-// TestPipelineNamedStatementSurvivesLockTimeout: a lock timeout is not a
-// reason to prepare the lock statement again.
-func TestPipelineNamedStatementSurvivesLockTimeout(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	ctx := t.Context()
-	key := advisory.IntKey(7_620_000)
-	holder := openT(t, c.DirectDSN())
-	htx, err := holder.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer htx.Rollback()
-	if err := advisory.XactLock(ctx, htx, key); err != nil {
-		t.Fatal(err)
-	}
-	conn, p := pinned(t, "pgadvisory", c.DirectDSN())
-	noop := func(context.Context, *sql.Tx) error { return nil }
-	err = advisory.WithXactLock(ctx, conn, key, noop, advisory.WithTimeout(20*time.Millisecond))
-	if !errors.Is(err, advisory.ErrLockTimeout) {
-		t.Fatalf("lock held elsewhere: %v, want advisory.ErrLockTimeout", err)
-	}
-	if err := htx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	p.reset()
-	if err := advisory.WithXactLock(ctx, conn, key, noop, advisory.WithTimeout(20*time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	if n, m := p.sent('P'), p.sent('C'); n != 0 || m != 0 {
-		t.Errorf("lock after a lock timeout: %d Parse and %d Close messages, want none (BEGIN and lock statement stay prepared)", n, m)
-	}
-}
-
-func firstStatementState(t *testing.T, conn *sql.Conn) (named, stale int) {
-	t.Helper()
-	if err := conn.Raw(func(dc any) error {
-		named, stale = pgadvisory.FirstStatementState(dc)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return named, stale
-}
-
-// TestPipelineNamedStatementPrepareFails: a first statement the server
-// cannot prepare fails inside the transaction as with pgx stdlib, leaves
-// nothing cached, and names of failed prepares do not pile up.
-func TestPipelineNamedStatementPrepareFails(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	conn, _ := pinned(t, "pgadvisory", c.DirectDSN())
-	ctx := t.Context()
-	for i := range 20 {
-		_, err := firstInTx(ctx, conn, fmt.Sprintf("SELECT v FROM pipeline_no_such_table_%d WHERE v = $1", i), 1)
-		if code := sqlState(err); code != "42P01" {
-			t.Fatalf("undefined table: %v, want SQLSTATE 42P01", err)
-		}
-		named, stale := firstStatementState(t, conn)
-		if named != 0 || stale > 1 {
-			t.Fatalf("after %d failed prepares: %d cached, %d names to close; want 0 and at most 1", i+1, named, stale)
-		}
-	}
-	if v, err := firstInTx(ctx, conn, "SELECT $1::int8", 5); err != nil || v != int64(5) {
-		t.Fatalf("after failed prepares: %v %v", v, err)
-	}
-	if named, stale := firstStatementState(t, conn); named != 2 || stale != 0 {
-		t.Errorf("after a good prepare: %d cached, %d names to close; want 2 (BEGIN and statement) and 0", named, stale)
-	}
-	if got := ourStatements(t, ctx, conn); got != 2 {
-		t.Errorf("%d prepared statements on the server, want 2", got)
-	}
-}
-
-// TestPipelineOneStatementCache: with pgx's statement cache at one
-// statement, BEGIN is sent as text so that it does not evict the first
-// statement: after the first transaction each costs two round trips and
-// prepares nothing.
-func TestPipelineOneStatementCache(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	ctx := t.Context()
-	conn, p := pinned(t, "pgadvisory", withParams(t, c.DirectDSN(), "statement_cache_capacity", "1"))
-	const query = "SELECT $1::int8"
-	if _, err := firstInTx(ctx, conn, query, 1); err != nil {
-		t.Fatal(err)
-	}
-	p.reset()
-	const txs = 3
-	for i := range txs {
-		if v, err := firstInTx(ctx, conn, query, i); err != nil || v != int64(i) {
-			t.Fatalf("transaction %d: %v %v", i, v, err)
-		}
-	}
-	// Per transaction: BEGIN (parsed) with the statement, then ROLLBACK.
-	if turns, parses, closes := p.turns.Load(), p.sent('P'), p.sent('C'); turns != 2*txs || parses != txs || closes != 0 {
-		t.Errorf("%d transactions: %d round trips, %d Parse and %d Close messages; want %d, %d (the BEGINs) and 0",
-			txs, turns, parses, closes, 2*txs, txs)
-	}
-	if named, stale := firstStatementState(t, conn); named != 1 || stale != 0 {
-		t.Errorf("cache holds %d statements and %d names to close, want 1 and 0", named, stale)
-	}
-}
-
-// TestPipelineDisabledStatementCache: with pgx's statement cache disabled,
-// cache_statement mode fails in pgx; the first statement of a pipelined
-// transaction fails the same way instead of preparing a statement of its
-// own.
-func TestPipelineDisabledStatementCache(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	ctx := t.Context()
-	dsn := withParams(t, c.DirectDSN(), "statement_cache_capacity", "0")
-	var msgs []string
-	for _, drv := range []string{"pgx", "pgadvisory"} {
-		conn, _ := pinned(t, drv, dsn)
-		_, err := firstInTx(ctx, conn, "SELECT $1::int8", 1)
-		if err == nil {
-			t.Fatalf("%s: first statement succeeded with the statement cache disabled", drv)
-		}
-		msgs = append(msgs, err.Error())
-	}
-	if msgs[0] != msgs[1] {
-		t.Errorf("pgx stdlib: %q; pgadvisory: %q", msgs[0], msgs[1])
-	}
-}

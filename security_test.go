@@ -41,23 +41,24 @@ var queryMethods = map[string]bool{
 var allowedDynamicSQL = map[string]string{
 	// The driver forwards the application's own statement (after the
 	// policy check or an exact span rewrite): that is its job.
-	"conn.go:(*Conn).ExecContext":         "driver wrapper: forwards the caller's query",
-	"conn.go:(*Conn).QueryContext":        "driver wrapper: forwards the caller's query",
-	"conn.go:(*Conn).Prepare":             "driver wrapper: Prepare calls PrepareContext with the caller's query",
-	"conn.go:(*Conn).prepareInner":        "driver wrapper: forwards the caller's query",
-	"stmt.go:(*Stmt).execInner":           "driver wrapper: forwards the prepared statement's query",
-	"stmt.go:(*Stmt).queryInner":          "driver wrapper: forwards the prepared statement's query",
-	"pipeline.go:(*Conn).describe":        "driver wrapper: describes the caller's query",
-	"pipeline.go:(*Conn).execFirstSimple": "pipelined BEGIN: a BEGIN picked from the constant table beginSQLs, then the caller's query",
-	"pipeline.go:(*Conn).beginNow":        "a BEGIN picked from the constant table beginSQLs by isolation level and read-only flag",
-	// Internal helpers called only with package constants.
-	"conn.go:(*Conn).queryInt":   "called with the constant heldLocksQuery only",
-	"conn.go:(*Conn).execSimple": "called with a constant statement only",
+	"conn.go:(*Conn).ExecContext":    "driver wrapper: forwards the caller's query",
+	"conn.go:(*Conn).QueryContext":   "driver wrapper: forwards the caller's query",
+	"conn.go:(*Conn).Prepare":        "driver wrapper: Prepare calls PrepareContext with the caller's query",
+	"conn.go:(*Conn).PrepareContext": "driver wrapper: forwards the caller's query",
+	"stmt.go:(*Stmt).execInner":      "driver wrapper: forwards the prepared statement's query",
+	"stmt.go:(*Stmt).queryInner":     "driver wrapper: forwards the prepared statement's query",
 	// advisory assembles lock statements from constant fragments and $n
-	// placeholders; keys, timeouts and leases are bind parameters.
-	"advisory/xact.go:acquire":                   "lockStmt: constant function names and $n placeholders; every value is an argument",
-	"advisory/session.go:(*SessionLock).Release": "buildUnlock: constant function name and $n placeholders",
-	"advisory/fencing.go:CreateFencingSchema":    "iterates FencingSchemaStatements, two constant DDL statements",
+	// placeholders; keys, timeouts and leases are bind parameters. Its
+	// adapters forward those statements to database/sql or pgx.
+	"advisory/xact.go:acquire":                     "lockStmt: constant function names and $n placeholders; every value is an argument",
+	"advisory/session.go:(*SessionLock).Release":   "buildUnlock: constant function name and $n placeholders",
+	"advisory/fencing.go:createFencingSchema":      "iterates FencingSchemaStatements, two constant DDL statements",
+	"advisory/sqladapt.go:(sqlTx).Exec":            "adapter: forwards advisory's own statements to *sql.Tx",
+	"advisory/sqladapt.go:(sqlTx).QueryRow":        "adapter: forwards advisory's own statements to *sql.Tx",
+	"advisory/sqladapt.go:(sqlConn).Exec":          "adapter: forwards advisory's own statements to *sql.Conn",
+	"advisory/sqladapt.go:(sqlConn).QueryRow":      "adapter: forwards advisory's own statements to *sql.Conn",
+	"advisory/sqladapt.go:(querierStmts).Exec":     "adapter: forwards advisory's own statements to a Querier",
+	"advisory/sqladapt.go:(querierStmts).QueryRow": "adapter: forwards advisory's own statements to a Querier",
 }
 
 // TestNoDynamicSQL: no query text in the library packages is built at run

@@ -2,6 +2,8 @@ package pgadvisory
 
 import (
 	"strings"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
 )
 
 // Small readers of SQL text around a call the scanner found. They accept
@@ -201,4 +203,27 @@ func firstWord(s string) (string, string) {
 		j++
 	}
 	return s[i:j], s[j:]
+}
+
+// unlockAllEdit turns pg_advisory_unlock_all() (returns void) into
+// pg_sleep(0) (returns void, does nothing). The scanner gives the span of
+// the name only; the argument list must follow as "(" blanks ")".
+func unlockAllEdit(query string, call lockscan.Call) ([]edit, bool) {
+	i := skipBlanks(query, call.End)
+	if i >= len(query) || query[i] != '(' {
+		return nil, false
+	}
+	open := i
+	i = skipBlanks(query, i+1)
+	if i >= len(query) || query[i] != ')' {
+		return nil, false
+	}
+	return []edit{{start: call.Start, end: call.End, text: "pg_sleep"}, {start: open + 1, end: open + 1, text: "0"}}, true
+}
+
+func skipBlanks(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f') {
+		i++
+	}
+	return i
 }

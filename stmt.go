@@ -13,15 +13,14 @@ var (
 	_ driver.NamedValueChecker = (*Stmt)(nil)
 )
 
-// Stmt is a prepared statement. The policy ran at PrepareContext and its
-// verdict stays on the statement. Behind transaction and statement pooling
-// (unless the pooler handles prepared statements) the statement is virtual:
-// nothing was prepared on the server and every execution sends the text.
+// Stmt is a prepared statement. Behind transaction and statement pooling
+// (unless the pooler handles prepared statements) the statement is
+// virtual: nothing was prepared on the server and every execution sends
+// the text, since the next execution may land on another server backend.
 type Stmt struct {
 	c     *Conn
 	inner driver.Stmt // nil for a virtual statement
-	query string      // the text as sent (rewritten under policy rewrite)
-	v     verdict
+	query string      // the text as sent (rewritten under policy rewrite on the text)
 }
 
 // Close closes the inner statement.
@@ -57,18 +56,13 @@ func (s *Stmt) Query(args []driver.Value) (driver.Rows, error) {
 // ExecContext runs the statement. The inner driver's Result is returned
 // untouched.
 func (s *Stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.c.apply(&s.v)
-	if s.c.firstPending() {
-		return s.c.execFirst(ctx, firstCall{query: s.query, args: args, prepared: s.inner != nil}, func() (driver.Result, error) {
-			return s.execInner(ctx, args)
-		})
-	}
-	return s.execInner(ctx, args)
+	r, err := s.execInner(ctx, args)
+	return r, typedErr(err)
 }
 
 func (s *Stmt) execInner(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	if s.inner == nil {
-		return s.c.execer.ExecContext(ctx, s.query, s.c.withOverride(args))
+		return s.c.execer.ExecContext(ctx, s.query, args)
 	}
 	if ec, ok := s.inner.(driver.StmtExecContext); ok {
 		return ec.ExecContext(ctx, args)
@@ -83,18 +77,13 @@ func (s *Stmt) execInner(ctx context.Context, args []driver.NamedValue) (driver.
 // QueryContext runs the statement. The inner driver's Rows are returned
 // untouched.
 func (s *Stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.c.apply(&s.v)
-	if s.c.firstPending() {
-		return s.c.queryFirst(ctx, firstCall{query: s.query, args: args, prepared: s.inner != nil}, func() (driver.Rows, error) {
-			return s.queryInner(ctx, args)
-		})
-	}
-	return s.queryInner(ctx, args)
+	r, err := s.queryInner(ctx, args)
+	return r, typedErr(err)
 }
 
 func (s *Stmt) queryInner(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	if s.inner == nil {
-		return s.c.queryer.QueryContext(ctx, s.query, s.c.withOverride(args))
+		return s.c.queryer.QueryContext(ctx, s.query, args)
 	}
 	if qc, ok := s.inner.(driver.StmtQueryContext); ok {
 		return qc.QueryContext(ctx, args)

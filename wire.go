@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -102,12 +103,41 @@ type guardConn struct {
 	sessionLocked bool           // a session-level lock may be held (leak guard)
 	settings      map[string]string
 
+	// Deferred BEGIN (WithPipelineBegin).
+	pendingBegin string       // BEGIN answered locally, not sent yet
+	begin        beginFlight  // the BEGIN sent in front of a transaction's first unit
+	localAbort   bool         // that BEGIN failed: the client's transaction is aborted here
+	local        []localReply // replies the guard makes itself, in order
+	swallow      atomic.Int32 // >0: the reader must look at every message (begin in flight)
+
 	// Read side (held while reading).
 	rmu     sync.Mutex
 	rskip   int    // body bytes of a passed-through backend message still to come
 	pending []byte // received, not yet examined (own buffer)
 	ready   []byte // examined, to hand to the reader
 	rerr    error  // error to return once ready and pending are drained
+}
+
+// beginFlight tracks the replies owed for a deferred BEGIN sent in front
+// of the transaction's first unit: ParseComplete, BindComplete and
+// CommandComplete to drop, or the BEGIN's ErrorResponse.
+type beginFlight struct {
+	active    bool
+	dropped   int  // of the three replies
+	failed    bool // an ErrorResponse came instead
+	extraSync bool // a Sync goes after the unit's simple Query (its ReadyForQuery is dropped)
+	syncSent  bool
+	// syncSeenQuery: the Query's own ReadyForQuery has gone by.
+	syncSeenQuery bool
+	dropRFQ       bool // the next ReadyForQuery is the appended Sync's
+}
+
+// localReply is a reply the guard answers itself. It goes to the reader once
+// the server has answered everything written before it (after ReadyForQuery
+// number after).
+type localReply struct {
+	after uint64
+	b     []byte
 }
 
 // unitState is what the write side knows of the extended-protocol unit in
@@ -194,6 +224,9 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			return nil, &ProtocolError{Direction: "frontend", Msg: "startup message length " + strconv.Itoa(n)}
 		}
 		c.started = true
+		c.mu.Lock()
+		c.sent++ // the server's first ReadyForQuery ends the start-up
+		c.mu.Unlock()
 		if n > len(data) {
 			c.wskip = n - len(data)
 			return nil, nil
@@ -236,9 +269,49 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			c.wskip = end - len(data)
 			break
 		}
-		repl, err := c.message(t, data[i:end], data[end:])
-		if err != nil {
-			return nil, err
+		var repl []byte
+		switch {
+		case c.localAbort && t != 'X':
+			c.answerAborted(t, data[i:end])
+			repl = []byte{}
+		case t == 'Q' && i == 0 && end == len(data) && c.mayDeferBegin(data[5:end-1]):
+			// A BEGIN alone, as pgx's Begin sends it: answer it here and
+			// send it with the transaction's first statement.
+			c.pendingBegin = string(data[5 : end-1])
+			c.predicted = 'T'
+			c.answer(encodeMessage('C', []byte("BEGIN\x00")), encodeReady('T'))
+			repl = []byte{}
+		case c.pendingBegin != "" && t == 'X':
+			c.pendingBegin = ""
+		case c.pendingBegin != "" && t == 'Q' && transactionEffect(string(data[5:end-1])) == txCloses && isLoneStatement(data[5:end-1]):
+			// A transaction that ran nothing: COMMIT or ROLLBACK here too.
+			tag := "COMMIT"
+			if w, _ := firstWord(string(data[5 : end-1])); !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") {
+				tag = "ROLLBACK"
+			}
+			c.pendingBegin = ""
+			c.predicted = c.txStatus
+			c.answer(encodeMessage('C', []byte(tag+"\x00")), encodeReady('I'))
+			repl = []byte{}
+		default:
+			if c.pendingBegin != "" {
+				prefix := c.beginPrefix(t)
+				out = append(out, data[segFrom:i], prefix)
+				segFrom = i
+			}
+			var err error
+			repl, err = c.message(t, data[i:end], data[end:])
+			if err != nil {
+				return nil, err
+			}
+			if t == 'Q' && c.begin.active && c.begin.extraSync && !c.begin.syncSent {
+				c.begin.syncSent = true
+				c.sent++
+				if repl == nil {
+					repl = data[i:end]
+				}
+				repl = append(append([]byte(nil), repl...), 'S', 0, 0, 0, 4)
+			}
 		}
 		if repl != nil {
 			out = append(out, data[segFrom:i], repl)
@@ -322,6 +395,9 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 func (c *guardConn) statement(t byte, text string, paramTypes []byte, bind *bindMsg) []byte {
 	switch transactionEffect(text) {
 	case txOpens:
+		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite) {
+			return c.refuse(t, &StatementPoolingError{What: "transaction"})
+		}
 		defer func() { c.predicted = 'T' }()
 	case txCloses:
 		defer func() { c.predicted = 'I'; c.taken = nil }()
@@ -536,6 +612,9 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			}
 			continue
 		}
+		if c.localDue() {
+			continue
+		}
 		n, err := c.Conn.Read(p)
 		d, perr := c.backend(p[:n], true)
 		if perr != nil {
@@ -557,6 +636,18 @@ func (c *guardConn) Read(p []byte) (int, error) {
 	}
 }
 
+// localDue moves local replies that are due (the server owes nothing
+// written before them) to c.ready.
+func (c *guardConn) localDue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.local) == 0 || c.local[0].after > c.recv || c.begin.active {
+		return false
+	}
+	c.ready = append(c.ready, c.takeLocal()...)
+	return true
+}
+
 // drainPending examines held bytes, reading more from the network while
 // the message at their head is incomplete.
 func (c *guardConn) drainPending() error {
@@ -572,8 +663,8 @@ func (c *guardConn) drainPending() error {
 		c.ready = append(r, c.ready...)
 		return nil
 	}
-	if len(c.ready) > 0 {
-		return nil
+	if len(c.ready) > 0 || len(c.pending) < len(buf) {
+		return nil // a message was replaced or dropped: go on with the rest
 	}
 	// The head message is still incomplete: read more behind it.
 	if c.rerr != nil {
@@ -605,12 +696,15 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			continue
 		}
 		t := b[i]
-		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K'
+		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K' || c.swallow.Load() > 0
 		if len(b)-i < 5 {
 			c.pending = append(c.pending, b[i:]...)
 			return i, nil
 		}
 		n := int(binary.BigEndian.Uint32(b[i+1:]))
+		if held && (t == 'D' || t == 'T') && c.swallow.Load() > 0 {
+			held = false // rows never belong to the BEGIN: pass them without holding
+		}
 		if n < 4 || n > maxMessageLen || held && n > maxHeldBackendMessage {
 			return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
 		}
@@ -642,6 +736,15 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 func (c *guardConn) observe(t byte, body []byte) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if t == 'E' && c.mode != poolmode.Statement && c.mode != poolmode.Direct && bytes.Contains(body, []byte(statementPoolingRefusal)) {
+		c.g.statementPooling.Store(true)
+		c.mode, c.evidence.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
+	}
+	if c.begin.active {
+		if repl, done := c.observeBegin(t, body); done {
+			return repl
+		}
+	}
 	switch t {
 	case 'Z':
 		if len(body) == 1 {
@@ -655,6 +758,11 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 			}
 			for len(c.refusals) > 0 && c.refusals[0].unit <= c.recv {
 				c.refusals = c.refusals[1:]
+			}
+			if len(c.local) > 0 && c.local[0].after <= c.recv {
+				// Replies the guard made for messages written after this
+				// unit go right behind its ReadyForQuery.
+				return append(encodeReady(body[0]), c.takeLocal()...)
 			}
 		}
 	case 'S':
@@ -680,4 +788,157 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 		}
 	}
 	return nil
+}
+
+// mayDeferBegin reports whether a lone Query with text q can be answered
+// here and sent with the transaction's first statement. c.mu held.
+func (c *guardConn) mayDeferBegin(q []byte) bool {
+	if !c.g.cfg.pipelineBegin || c.mode == poolmode.Statement || c.sent != c.recv || c.txStatus != 'I' ||
+		c.pendingBegin != "" || c.localAbort || c.begin.active || len(c.local) > 0 {
+		return false
+	}
+	text := string(q)
+	return transactionEffect(text) == txOpens && isLoneStatement(q) && !bytes.ContainsAny(q, "'\"$-/")
+}
+
+// isLoneStatement reports whether q holds one statement (an optional
+// trailing semicolon aside) and no comment or quote that could hide one.
+func isLoneStatement(q []byte) bool {
+	t := bytes.TrimRight(q, " \t\r\n;")
+	return !bytes.ContainsAny(t, ";'\"$") && !bytes.Contains(t, []byte("--")) && !bytes.Contains(t, []byte("/*"))
+}
+
+// beginPrefix returns the deferred BEGIN as extended-protocol messages
+// without a Sync, to go in front of message type t, the first of the
+// transaction's first unit: if the BEGIN fails, the server skips the rest
+// of the unit up to its Sync, so none of the transaction's statements runs
+// outside a transaction. A simple Query gets a Sync after it (the server
+// skips a Query while it skips to a Sync, and needs one to answer). c.mu held.
+func (c *guardConn) beginPrefix(t byte) []byte {
+	text := c.pendingBegin
+	c.pendingBegin = ""
+	c.begin = beginFlight{active: true, extraSync: t == 'Q'}
+	c.swallow.Store(1)
+	var b []byte
+	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
+	b, _ = (&pgproto3.Bind{}).Encode(b)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	return b
+}
+
+// answer queues a reply the guard makes itself. c.mu held.
+func (c *guardConn) answer(parts ...[]byte) {
+	var b []byte
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	c.local = append(c.local, localReply{after: c.sent, b: b})
+}
+
+// answerAborted answers one message of a transaction whose deferred BEGIN
+// failed, as PostgreSQL answers in an aborted transaction: every statement
+// fails with 25P02 until COMMIT or ROLLBACK, which end it as ROLLBACK. The
+// message is not sent. c.mu held.
+func (c *guardConn) answerAborted(t byte, msg []byte) {
+	switch t {
+	case 'Q':
+		if transactionEffect(string(msg[5:len(msg)-1])) == txCloses {
+			c.localAbort = false
+			c.unit = unitState{}
+			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
+			return
+		}
+		c.answer(abortedError(), encodeReady('E'))
+	case 'S':
+		if !c.unit.open {
+			c.answer(encodeReady('E'))
+		} else {
+			c.answer(encodeReady('E'))
+		}
+		c.unit = unitState{}
+	case 'H':
+	default:
+		if !c.unit.open {
+			c.unit.open = true
+			c.answer(abortedError())
+		}
+	}
+}
+
+func abortedError() []byte {
+	b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "25P02",
+		Message: "current transaction is aborted, commands ignored until end of transaction block"}).Encode(nil)
+	return b
+}
+
+func encodeReady(status byte) []byte { return []byte{'Z', 0, 0, 0, 5, status} }
+
+// observeBegin handles the replies of a deferred BEGIN in flight. done
+// reports that the message was dealt with (repl is its replacement: empty
+// to drop it, nil to pass it on). c.mu held.
+func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
+	b := &c.begin
+	switch {
+	case !b.failed && b.dropped < 3 && (t == '1' || t == '2' || t == 'C'):
+		b.dropped++
+		if b.dropped == 3 {
+			if b.extraSync {
+				b.dropRFQ = true
+			} else {
+				c.endBegin()
+			}
+		}
+		return []byte{}, true
+	case !b.failed && b.dropped < 3 && t == 'E':
+		// The BEGIN failed; the server skips the unit up to its Sync. The
+		// client reads this error for its first statement.
+		b.failed = true
+		return nil, true
+	case t == 'Z' && len(body) == 1 && b.failed:
+		// The Sync's ReadyForQuery ends the unit. The server is outside a
+		// transaction; the client's transaction is aborted.
+		c.recv++
+		if b.extraSync {
+			c.recv++ // the skipped Query gets no ReadyForQuery of its own
+		}
+		c.txStatus = body[0]
+		c.endBegin()
+		c.localAbort = true
+		c.predicted = 'E'
+		out := encodeReady('E')
+		if len(c.local) > 0 && c.local[0].after <= c.recv {
+			out = append(out, c.takeLocal()...)
+		}
+		return out, true
+	case t == 'Z' && len(body) == 1 && b.dropRFQ:
+		// The simple Query's own ReadyForQuery goes to the client (it is
+		// handled as usual); the appended Sync's is dropped.
+		if !b.syncSeenQuery {
+			b.syncSeenQuery = true
+			return nil, false
+		}
+		c.recv++
+		c.txStatus = body[0]
+		c.endBegin()
+		if len(c.local) > 0 && c.local[0].after <= c.recv {
+			return c.takeLocal(), true
+		}
+		return []byte{}, true
+	}
+	return nil, false
+}
+
+func (c *guardConn) endBegin() {
+	c.begin = beginFlight{}
+	c.swallow.Store(0)
+}
+
+// takeLocal removes and returns the local replies due now. c.mu held.
+func (c *guardConn) takeLocal() []byte {
+	var out []byte
+	for len(c.local) > 0 && c.local[0].after <= c.recv {
+		out = append(out, c.local[0].b...)
+		c.local = c.local[1:]
+	}
+	return out
 }

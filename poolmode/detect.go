@@ -30,6 +30,10 @@ const (
 	// Transaction is assumed because it is the strictest mode that still
 	// allows transactions (fail safe).
 	SourceFallback Source = "fallback"
+	// SourcePoolerRefusal: the pooler refused a transaction as only
+	// statement pooling does ("transaction blocks not allowed in statement
+	// pooling mode").
+	SourcePoolerRefusal Source = "pooler_refusal"
 )
 
 // ParameterStatusKeys are the ParameterStatus names Detect reads for a pool

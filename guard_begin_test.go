@@ -1,0 +1,174 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+// pinnedPool is a one-connection guarded pgxpool through a turn-counting
+// proxy, so that the proxy sees exactly that connection's traffic.
+func pinnedPool(t *testing.T, dsn string, opts ...pgadvisory.Option) (*pgxpool.Pool, *turnProxy) {
+	t.Helper()
+	p := startTurnProxy(t, hostPort(t, dsn))
+	cfg, err := pgadvisory.ParsePoolConfig(p.via(t, dsn), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return pool, p
+}
+
+var guardTargets = []struct {
+	name string
+	dsn  func(*pgbouncer.Cluster) string
+}{
+	{"direct", (*pgbouncer.Cluster).DirectDSN},
+	{"pgbouncer-transaction", func(c *pgbouncer.Cluster) string { return c.DSN(pgbouncer.Transaction) }},
+}
+
+// TestGuardBeginRoundTrips: through the guard, BEGIN + lock + COMMIT is two
+// round trips for pgxpool and pgx.Conn, and an empty transaction none.
+func TestGuardBeginRoundTrips(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	const cycles = 5
+	for _, tg := range guardTargets {
+		for _, api := range []string{"pgxpool", "pgx.Conn"} {
+			t.Run(tg.name+"/"+api, func(t *testing.T) {
+				pool, p := pinnedPool(t, tg.dsn(c))
+				ctx := t.Context()
+				begin := func() (pgx.Tx, error) { return pool.Begin(ctx) }
+				if api == "pgx.Conn" {
+					conn, err := pool.Acquire(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Release()
+					begin = func() (pgx.Tx, error) { return conn.Conn().Begin(ctx) }
+				}
+				cycle := func() error {
+					tx, err := begin()
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback(ctx)
+					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(7301)); err != nil {
+						return err
+					}
+					return tx.Commit(ctx)
+				}
+				if err := cycle(); err != nil { // warm up: statement description
+					t.Fatal(err)
+				}
+				p.turns.Store(0)
+				for range cycles {
+					if err := cycle(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := p.turns.Load(); got != 2*cycles {
+					t.Errorf("%d round trips for %d lock cycles, want 2 per cycle", got, cycles)
+				}
+				p.turns.Store(0)
+				for _, end := range []func(pgx.Tx) error{func(tx pgx.Tx) error { return tx.Commit(ctx) }, func(tx pgx.Tx) error { return tx.Rollback(ctx) }} {
+					tx, err := begin()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := end(tx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := p.turns.Load(); got != 0 {
+					t.Errorf("%d round trips for two empty transactions, want 0", got)
+				}
+			})
+		}
+	}
+}
+
+// TestGuardBeginFails: a deferred BEGIN that the server refuses never lets
+// the transaction's statements run outside a transaction: the first
+// statement returns BEGIN's error, later ones 25P02, Commit rolls back, and
+// the connection is usable afterwards. Simple-protocol and extended first
+// statements both.
+func TestGuardBeginFails(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	for _, tg := range guardTargets {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+			t.Run(tg.name+"/"+mode.String(), func(t *testing.T) {
+				pool, _ := pinnedPool(t, tg.dsn(c))
+				ctx := t.Context()
+				table := sideEffectTable(t, pool)
+				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: "bogus"})
+				if err != nil {
+					t.Fatalf("BeginTx: %v (the BEGIN is deferred: its error comes with the first statement)", err)
+				}
+				defer tx.Rollback(ctx)
+				var pe *pgconn.PgError
+				_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)", mode)
+				if !errors.As(err, &pe) || pe.Code != "42601" {
+					t.Fatalf("first statement: %v, want BEGIN's syntax error", err)
+				}
+				_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)", mode)
+				if !errors.As(err, &pe) || pe.Code != "25P02" {
+					t.Fatalf("second statement: %v, want 25P02", err)
+				}
+				if err := tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
+					t.Fatalf("Commit: %v, want ErrTxCommitRollback", err)
+				}
+				if n := rowCount(t, pool, table); n != 0 {
+					t.Fatalf("%d row(s) inserted outside any transaction", n)
+				}
+			})
+		}
+	}
+}
+
+// TestGuardBeginOptions: isolation level and access mode of a deferred
+// BEGIN reach the server.
+func TestGuardBeginOptions(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	for _, tg := range guardTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			pool, _ := pinnedPool(t, tg.dsn(c))
+			ctx := t.Context()
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable, AccessMode: pgx.ReadOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var iso, ro string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')").Scan(&iso, &ro); err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(iso, "/", ro); got != "serializable/on" {
+				t.Fatalf("transaction runs %s, want serializable/on", got)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+var _ = context.Background
