@@ -1073,4 +1073,3 @@ func TestPipelineFirstStatementMessages(t *testing.T) {
 		})
 	}
 }
-
