@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,45 @@ func TestChildEnv(t *testing.T) {
 	want := "PATH=/bin PGADVISORY_TEST_BACKEND=local PGX_BENCH=1 GOFLAGS=-buildvcs=false -mod=mod GOWORK=off GOTOOLCHAIN=local"
 	if got != want {
 		t.Errorf("childEnv =\n %s\nwant\n %s", got, want)
+	}
+}
+
+// TestAdaptPgxSuites adapts the test files of the pgx version in the module
+// cache, when it is there: every file still parses, and no connection of an
+// external test package is left opened the plain way.
+func TestAdaptPgxSuites(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/jackc/pgx/v5").Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		t.Skipf("pgx v5 is not in the module cache: %v", err)
+	}
+	for _, suite := range suites {
+		files, _ := filepath.Glob(filepath.Join(dir, suite, "*_test.go"))
+		if len(files) == 0 {
+			t.Skipf("no test files in %s/%s", dir, suite)
+		}
+		total := 0
+		for _, file := range files {
+			src, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ad, err := AdaptSource(filepath.Base(file), src, both)
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if !strings.HasSuffix(ad.Package, "_test") {
+				continue
+			}
+			total += ad.Total()
+			for _, plain := range []string{"stdlib.OpenDB(", "stdlib.GetConnector(", "pgxpool.New(", "pgxpool.NewWithConfig(", "pgx.Connect(", "pgx.ConnectConfig(", `sql.Open("pgx"`} {
+				if strings.Contains(string(got), plain) {
+					t.Errorf("%s/%s still calls %s", suite, filepath.Base(file), plain)
+				}
+			}
+		}
+		if total == 0 {
+			t.Errorf("%s: nothing rewritten", suite)
+		}
 	}
 }
