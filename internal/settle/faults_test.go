@@ -12,18 +12,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/internal/faultproxy"
 	"github.com/pgadvisory/pgadvisory/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
-// startWorkers starts the three safe workers on dsn and returns them.
-func startWorkers(s *scenario, dsn string) []*settle.Proc {
+// startWorkers starts the three safe workers with driver on dsn and
+// returns them.
+func startWorkers(s *scenario, driver, dsn string) []*settle.Proc {
 	var ps []*settle.Proc
 	for i := range workers {
-		ps = append(ps, s.start(s.spec(string(rune('A'+i)), "pgadvisory", dsn)))
+		ps = append(ps, s.start(s.spec(string(rune('A'+i)), driver, dsn)))
 	}
 	return ps
+}
+
+// eachPath runs body for every driver and path (only the pooler's when
+// poolerOnly), as subtests named "path/driver"; via is the path column of
+// the fault report.
+func eachPath(t *testing.T, c *pgbouncer.Cluster, poolerOnly bool, body func(t *testing.T, driver, dsn, via string)) {
+	for _, path := range paths(c) {
+		if poolerOnly && path.name == "direct" {
+			continue
+		}
+		for _, driver := range drivers {
+			t.Run(path.name+"/"+driver, func(t *testing.T) { body(t, driver, path.dsn, path.name+", "+driver) })
+		}
+	}
 }
 
 // awaitWorking waits until one of ps is inside a critical section — it
@@ -31,12 +47,19 @@ func startWorkers(s *scenario, dsn string) []*settle.Proc {
 // event and the backend PID that holds the lock.
 func awaitWorking(t *testing.T, ps ...*settle.Proc) (*settle.Proc, int64, int) {
 	t.Helper()
+	return awaitWorkingSince(t, time.Time{}, ps...)
+}
+
+// awaitWorkingSince is awaitWorking for critical sections entered after
+// since.
+func awaitWorkingSince(t *testing.T, since time.Time, ps ...*settle.Proc) (*settle.Proc, int64, int) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, p := range ps {
 			lines := p.Lines()
 			for i, w := range lines {
-				if w.Step != settle.StepWorking {
+				if w.Step != settle.StepWorking || !w.At.After(since) {
 					continue
 				}
 				for j := i - 1; j >= 0; j-- {
@@ -85,91 +108,116 @@ func requireExactlyOnce(t *testing.T, s *scenario) settle.Report {
 // the server (or PgBouncer) ends its transaction and the lock is released.
 func TestFaultSIGKILLHolder(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
-	for _, path := range paths(c) {
-		t.Run(path.name, func(t *testing.T) {
-			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-			ps := startWorkers(s, path.dsn)
-			victim, ev, pid := awaitWorking(t, ps...)
-			t0 := time.Now()
-			victim.Kill()
-			d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
-			s.waitAll(90*time.Second, victim)
-			recovery(t, "a: SIGKILL of the holder", path.name, requireExactlyOnce(t, s), d, "")
-		})
-	}
+	eachPath(t, c, false, func(t *testing.T, driver, dsn, via string) {
+		s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+		ps := startWorkers(s, driver, dsn)
+		victim, ev, pid := awaitWorking(t, ps...)
+		t0 := time.Now()
+		victim.Kill()
+		d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
+		s.waitAll(90*time.Second, victim)
+		recovery(t, "a: SIGKILL of the holder", via, requireExactlyOnce(t, s), d, "")
+	})
 }
 
 // (b) The holder's backend is terminated inside the critical section.
 func TestFaultTerminateHolderBackend(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
-	for _, path := range paths(c) {
-		t.Run(path.name, func(t *testing.T) {
-			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-			ps := startWorkers(s, path.dsn)
-			_, ev, pid := awaitWorking(t, ps...)
-			t0 := time.Now()
-			var ok bool
-			if err := s.super.QueryRow("SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
-				t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	eachPath(t, c, false, func(t *testing.T, driver, dsn, via string) {
+		s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+		ps := startWorkers(s, driver, dsn)
+		var (
+			ev   int64
+			pid  int
+			t0   time.Time
+			seen time.Time
+		)
+		// Terminate the backend only while it still holds the event's
+		// lock: a critical section that ended between the progress line
+		// and the terminate would be a fault that hit nothing.
+		for attempt := 0; ; attempt++ {
+			_, ev, pid = awaitWorkingSince(t, seen, ps...)
+			seen = time.Now()
+			classID, objID := lockIDs(settle.EventKey(s.run.ID, ev))
+			t0 = time.Now()
+			var hit int
+			if err := s.super.QueryRow(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks
+				WHERE locktype = 'advisory' AND granted AND pid = $1 AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 1) t`,
+				pid, classID, objID).Scan(&hit); err != nil {
+				t.Fatalf("pg_terminate_backend(%d): %v", pid, err)
 			}
-			d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
-			s.waitAll(90 * time.Second)
-			r := requireExactlyOnce(t, s)
-			if s.count(settle.StepRetry) == 0 {
-				t.Error("the terminated holder never retried: the fault missed its transaction")
+			if hit == 1 {
+				break
 			}
-			recovery(t, "b: pg_terminate_backend of the holder", path.name, r, d, "")
-		})
-	}
+			if attempt == 20 {
+				t.Fatal("no critical section lasted until the terminate in 20 tries")
+			}
+		}
+		d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
+		s.waitAll(90 * time.Second)
+		r := requireExactlyOnce(t, s)
+		if s.count(settle.StepRetry) == 0 {
+			t.Error("the terminated holder never retried: the fault missed its transaction")
+		}
+		recovery(t, "b: pg_terminate_backend of the holder", via, r, d, "")
+	})
 }
 
 // (c) PgBouncer is killed mid-run and restarted 300 ms later.
 func TestFaultPgBouncerKilledAndRestarted(t *testing.T) {
-	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
-	s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-	ps := startWorkers(s, c.WideDSN(pgbouncer.Transaction))
-	awaitWorking(t, ps...)
-	t0 := time.Now()
-	if err := c.KillBouncer(pgbouncer.Transaction); err != nil {
-		t.Fatal(err)
+	for _, driver := range drivers {
+		t.Run(driver, func(t *testing.T) {
+			c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
+			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+			ps := startWorkers(s, driver, c.WideDSN(pgbouncer.Transaction))
+			awaitWorking(t, ps...)
+			t0 := time.Now()
+			if err := c.KillBouncer(pgbouncer.Transaction); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.StartBouncer(ctx, pgbouncer.Transaction); err != nil {
+				t.Fatal(err)
+			}
+			d := s.nextHolding(t0, 30*time.Second)
+			s.waitAll(90 * time.Second)
+			recovery(t, "c: PgBouncer killed, restarted after 300 ms", "pgbouncer-transaction, "+driver, requireExactlyOnce(t, s), d, "(includes 300 ms down)")
+		})
 	}
-	time.Sleep(300 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.StartBouncer(ctx, pgbouncer.Transaction); err != nil {
-		t.Fatal(err)
-	}
-	d := s.nextHolding(t0, 30*time.Second)
-	s.waitAll(90 * time.Second)
-	recovery(t, "c: PgBouncer killed, restarted after 300 ms", "pgbouncer-transaction", requireExactlyOnce(t, s), d, "(includes 300 ms down)")
 }
 
 // (d) PostgreSQL restarts (fast shutdown) mid-run.
 func TestFaultPostgresFastRestart(t *testing.T) {
 	for _, path := range []string{"direct", "pgbouncer-transaction"} {
-		t.Run(path, func(t *testing.T) {
-			c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
-			dsn := c.DirectDSN()
-			if path != "direct" {
-				dsn = c.WideDSN(pgbouncer.Transaction)
-			}
-			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-			ps := startWorkers(s, dsn)
-			awaitWorking(t, ps...)
-			t0 := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			if err := c.RestartPostgres(ctx); err != nil {
-				t.Fatal(err)
-			}
-			down := time.Since(t0)
-			// The verification connection died with the server.
-			s.super.SetMaxIdleConns(0)
-			d := s.nextHolding(t0, 30*time.Second)
-			s.waitAll(90 * time.Second)
-			recovery(t, "d: PostgreSQL fast restart", path, requireExactlyOnce(t, s), d, "(restart took "+down.Round(time.Millisecond).String()+")")
-		})
+		for _, driver := range drivers {
+			t.Run(path+"/"+driver, func(t *testing.T) { postgresFastRestart(t, path, driver) })
+		}
 	}
+}
+
+func postgresFastRestart(t *testing.T, path, driver string) {
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
+	dsn := c.DirectDSN()
+	if path != "direct" {
+		dsn = c.WideDSN(pgbouncer.Transaction)
+	}
+	s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+	ps := startWorkers(s, driver, dsn)
+	awaitWorking(t, ps...)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.RestartPostgres(ctx); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Since(t0)
+	// The verification connection died with the server.
+	s.super.SetMaxIdleConns(0)
+	d := s.nextHolding(t0, 30*time.Second)
+	s.waitAll(90 * time.Second)
+	recovery(t, "d: PostgreSQL fast restart", path+", "+driver, requireExactlyOnce(t, s), d, "(restart took "+down.Round(time.Millisecond).String()+")")
 }
 
 // proxied returns dsn with its host and port replaced by a fault proxy's.
@@ -193,48 +241,44 @@ func proxied(t *testing.T, dsn string) (string, *faultproxy.Proxy) {
 // with restore, its late write must be refused by the fencing check.
 func cutOff(t *testing.T, fault string, viaProxy bool, cut, restore func(a *settle.Proc, p *faultproxy.Proxy)) {
 	c := pgbouncer.Need(t, cluster)
-	for _, path := range paths(c) {
-		if viaProxy && path.name == "direct" {
-			continue // a partition between a worker and PgBouncer
+	// A partition (viaProxy) is between a worker and PgBouncer.
+	eachPath(t, c, viaProxy, func(t *testing.T, driver, dsn, via string) {
+		s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+		aDSN, proxy := dsn, (*faultproxy.Proxy)(nil)
+		if viaProxy {
+			aDSN, proxy = proxied(t, dsn)
 		}
-		t.Run(path.name, func(t *testing.T) {
-			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-			aDSN, proxy := path.dsn, (*faultproxy.Proxy)(nil)
-			if viaProxy {
-				aDSN, proxy = proxied(t, path.dsn)
+		specA := s.spec("A", driver, aDSN)
+		specA.Work = 100 * time.Millisecond // long enough to be cut off inside it
+		// A starts alone, so that it is the one inside a critical
+		// section when the fault strikes; B and C start after, with
+		// the same delivery order, and queue for A's lock.
+		a := s.start(specA)
+		_, ev, pid := awaitWorking(t, a)
+		t0 := time.Now()
+		cut(a, proxy)
+		for _, name := range []string{"B", "C"} {
+			s.start(s.spec(name, driver, dsn))
+		}
+		d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
+		by := s.waitSettledByOther(ev, "A", 60*time.Second)
+		restore(a, proxy)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, _, err := a.WaitLine(ctx, 0, func(l settle.Line) bool {
+			return l.Event == ev && (l.Step == settle.StepFenced || l.Step == settle.StepSettled)
+		}); err != nil {
+			t.Fatalf("worker A never reported its late write on event %d: %v", ev, err)
+		}
+		s.waitAll(90 * time.Second)
+		r := requireExactlyOnce(t, s)
+		for _, l := range a.Lines() {
+			if l.Event == ev && l.Step == settle.StepSettled {
+				t.Fatalf("A's late write on event %d was accepted", ev)
 			}
-			specA := s.spec("A", "pgadvisory", aDSN)
-			specA.Work = 100 * time.Millisecond // long enough to be cut off inside it
-			// A starts alone, so that it is the one inside a critical
-			// section when the fault strikes; B and C start after, with
-			// the same delivery order, and queue for A's lock.
-			a := s.start(specA)
-			_, ev, pid := awaitWorking(t, a)
-			t0 := time.Now()
-			cut(a, proxy)
-			for _, name := range []string{"B", "C"} {
-				s.start(s.spec(name, "pgadvisory", path.dsn))
-			}
-			d := s.waitReleased(settle.EventKey(s.run.ID, ev), pid, t0, 10*time.Second)
-			by := s.waitSettledByOther(ev, "A", 60*time.Second)
-			restore(a, proxy)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, _, err := a.WaitLine(ctx, 0, func(l settle.Line) bool {
-				return l.Event == ev && (l.Step == settle.StepFenced || l.Step == settle.StepSettled)
-			}); err != nil {
-				t.Fatalf("worker A never reported its late write on event %d: %v", ev, err)
-			}
-			s.waitAll(90 * time.Second)
-			r := requireExactlyOnce(t, s)
-			for _, l := range a.Lines() {
-				if l.Event == ev && l.Step == settle.StepSettled {
-					t.Fatalf("A's late write on event %d was accepted", ev)
-				}
-			}
-			recovery(t, fault, path.name, r, d, "(lease 1 s; late write fenced, event settled by "+by+")")
-		})
-	}
+		}
+		recovery(t, fault, via, r, d, "(lease 1 s; late write fenced, event settled by "+by+")")
+	})
 }
 
 // (e) A network partition between worker A and PgBouncer, inside A's
@@ -261,4 +305,10 @@ func TestFaultSIGSTOPPastLease(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+}
+
+// lockIDs returns the pg_locks classid and objid of a bigint key.
+func lockIDs(k advisory.Key) (classID, objID int64) {
+	v, _ := k.Int64()
+	return int64(uint64(v) >> 32), int64(uint64(v) & 0xffffffff)
 }

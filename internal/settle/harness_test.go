@@ -58,8 +58,17 @@ func newScenario(t *testing.T, superDSN, setupDSN string, events int) *scenario 
 	return s
 }
 
-// spec returns a worker spec with the scenario's defaults.
+// spec returns a worker spec with the scenario's defaults. A pgxpool
+// worker gets default_query_exec_mode=exec, as every pgx user behind
+// transaction pooling needs (the pgadvisory driver picks one itself).
 func (s *scenario) spec(name, driver, dsn string) settle.WorkerSpec {
+	if driver == settle.DriverPgxpool && !strings.Contains(dsn, "default_query_exec_mode") {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + "default_query_exec_mode=exec"
+	}
 	return settle.WorkerSpec{
 		Name: name, Run: s.run.ID, Driver: driver, LockDSN: dsn,
 		Events: s.run.Events, Seed: 1, // one delivery order for all: every event is contended

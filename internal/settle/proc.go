@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/internal/spawn"
 )
@@ -23,9 +25,11 @@ const WorkerEnv = "PGADVISORY_SETTLE_WORKER"
 
 // WorkerSpec is everything a worker process needs.
 type WorkerSpec struct {
-	Name   string
-	Run    string
-	Driver string // database/sql driver name: "pgx" or "pgadvisory"
+	Name string
+	Run  string
+	// Driver is the database/sql driver name, "pgx" or "pgadvisory", or
+	// DriverPgxpool for a pgx-native worker (pgxadvisory on pgxpool).
+	Driver string
 	// LockDSN takes the locks; StoreDSN receives the writes ("" = LockDSN).
 	LockDSN, StoreDSN string
 	Unsafe            bool
@@ -74,10 +78,19 @@ func WorkerMain() int {
 // StepRejected is printed when the driver refused the worker's SQL.
 const StepRejected Step = "rejected"
 
+// DriverPgxpool in WorkerSpec.Driver runs the safe worker pgx-native:
+// pgxadvisory.WithXactLock and pgxadvisory.CheckToken over two pgxpool
+// pools of one connection each. Behind a transaction pooler its DSNs need
+// default_query_exec_mode=exec (or simple_protocol), as for any pgx user.
+const DriverPgxpool = "pgxpool"
+
 // RunWorker opens the worker's databases and processes its deliveries.
 func RunWorker(ctx context.Context, spec WorkerSpec, out io.Writer) error {
 	if spec.Driver == "" {
 		spec.Driver = "pgx"
+	}
+	if spec.Driver == DriverPgxpool {
+		return runPgxWorker(ctx, spec, out)
 	}
 	lockDB, err := sql.Open(spec.Driver, spec.LockDSN)
 	if err != nil {
@@ -105,6 +118,38 @@ func RunWorker(ctx context.Context, spec WorkerSpec, out io.Writer) error {
 	}
 	w := &Worker{
 		Name: spec.Name, Run: spec.Run, LockDB: lockDB, StoreDB: storeDB, Unsafe: spec.Unsafe,
+		Lease: spec.Lease, LockTimeout: spec.LockTimeout, Work: spec.Work, Out: out,
+	}
+	return w.Process(ctx, Deliveries(spec.Events, spec.Seed))
+}
+
+// runPgxWorker is RunWorker for DriverPgxpool: like the database/sql
+// worker, one connection takes the locks and another writes.
+func runPgxWorker(ctx context.Context, spec WorkerSpec, out io.Writer) error {
+	open := func(dsn string) (*pgxpool.Pool, error) {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = 1
+		return pgxpool.NewWithConfig(ctx, cfg)
+	}
+	storeDSN := spec.StoreDSN
+	if storeDSN == "" {
+		storeDSN = spec.LockDSN
+	}
+	lockPool, err := open(spec.LockDSN)
+	if err != nil {
+		return err
+	}
+	defer lockPool.Close()
+	storePool, err := open(storeDSN)
+	if err != nil {
+		return err
+	}
+	defer storePool.Close()
+	w := &Worker{
+		Name: spec.Name, Run: spec.Run, LockPool: lockPool, StorePool: storePool, Unsafe: spec.Unsafe,
 		Lease: spec.Lease, LockTimeout: spec.LockTimeout, Work: spec.Work, Out: out,
 	}
 	return w.Process(ctx, Deliveries(spec.Events, spec.Seed))

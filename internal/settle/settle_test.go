@@ -10,6 +10,11 @@ import (
 
 const workers = 3
 
+// drivers are the two ways the safe workers take their locks:
+// advisory.WithXactLock on the pgadvisory database/sql driver, and
+// pgxadvisory.WithXactLock on pgxpool.
+var drivers = []string{"pgadvisory", settle.DriverPgxpool}
+
 // paths are the two ways the safe workers reach PostgreSQL: straight, and
 // through PgBouncer in transaction mode (the pool_size=4 database: a holder
 // uses two server connections, its lock and its write).
@@ -20,29 +25,42 @@ func paths(c *pgbouncer.Cluster) []struct{ name, dsn string } {
 	}
 }
 
-// Every worker receives every event; with advisory.WithXactLock and
-// pgadvisory as the driver, each is settled exactly once.
+// Every worker receives every event; with advisory.WithXactLock on the
+// pgadvisory driver, with pgxadvisory.WithXactLock on pgxpool, and with
+// both kinds of worker racing for the same events, each is settled exactly
+// once.
 func TestExactlyOnce(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
-	for _, path := range paths(c) {
-		t.Run(path.name, func(t *testing.T) {
-			s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
-			for i := range workers {
-				s.start(s.spec(string(rune('A'+i)), "pgadvisory", path.dsn))
-			}
-			s.waitAll(90 * time.Second)
-			r := s.verify()
-			if !r.ExactlyOnce() || r.Settled != s.run.Events {
-				t.Fatalf("not exactly once: %v", r)
-			}
-			// The lock also keeps the work itself (the provider call) from
-			// running twice: without faults, nobody works on a settled event.
-			if got := s.count(settle.StepWorking); got != s.run.Events {
-				t.Errorf("work ran %d times for %d events", got, s.run.Events)
-			}
-			t.Logf("%v; %d deliveries skipped as already settled", r, s.count(settle.StepSkipped))
-		})
+	crews := map[string][]string{
+		"pgadvisory": {"pgadvisory", "pgadvisory", "pgadvisory"},
+		"pgxpool":    {settle.DriverPgxpool, settle.DriverPgxpool, settle.DriverPgxpool},
+		"mixed":      {"pgadvisory", settle.DriverPgxpool, settle.DriverPgxpool},
 	}
+	for _, path := range paths(c) {
+		for _, crew := range []string{"pgadvisory", "pgxpool", "mixed"} {
+			t.Run(path.name+"/"+crew, func(t *testing.T) {
+				exactlyOnce(t, c, path.dsn, crews[crew])
+			})
+		}
+	}
+}
+
+func exactlyOnce(t *testing.T, c *pgbouncer.Cluster, dsn string, crew []string) {
+	s := newScenario(t, c.SuperuserDSN(), c.DirectDSN(), 30)
+	for i, driver := range crew {
+		s.start(s.spec(string(rune('A'+i)), driver, dsn))
+	}
+	s.waitAll(90 * time.Second)
+	r := s.verify()
+	if !r.ExactlyOnce() || r.Settled != s.run.Events {
+		t.Fatalf("not exactly once: %v", r)
+	}
+	// The lock also keeps the work itself (the provider call) from running
+	// twice: without faults, nobody works on a settled event.
+	if got := s.count(settle.StepWorking); got != s.run.Events {
+		t.Errorf("work ran %d times for %d events", got, s.run.Events)
+	}
+	t.Logf("%v; %d deliveries skipped as already settled", r, s.count(settle.StepSkipped))
 }
 
 // The same workload with the widely copied pattern — plain pgx, a

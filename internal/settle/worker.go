@@ -11,8 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
+	"github.com/pgadvisory/pgadvisory/advisory/pgxadvisory"
 )
 
 // Step is what a worker reports it is doing.
@@ -45,6 +49,10 @@ type Worker struct {
 	// LockDB takes the advisory locks; StoreDB receives the writes. They may
 	// be the same handle.
 	LockDB, StoreDB *sql.DB
+	// LockPool and StorePool, set instead of LockDB and StoreDB, make a
+	// pgx-native worker: the same steps through pgxadvisory on pgxpool.
+	// Only the safe pattern exists for it.
+	LockPool, StorePool *pgxpool.Pool
 	// Unsafe selects the session-lock pattern instead of WithXactLock.
 	Unsafe bool
 	// Lease bounds how long a silent holder keeps a lock (safe worker).
@@ -88,8 +96,12 @@ func ParseLine(worker, text string) (Line, error) {
 // Process handles every delivery in order, retrying an event until it is
 // settled, skipped or fenced, or ctx ends.
 func (w *Worker) Process(ctx context.Context, deliveries []int64) error {
-	if w.LockDB == nil || w.StoreDB == nil {
-		return errors.New("settle: worker needs LockDB and StoreDB")
+	sqlSet, pgxSet := w.LockDB != nil && w.StoreDB != nil, w.LockPool != nil && w.StorePool != nil
+	switch {
+	case sqlSet == pgxSet:
+		return errors.New("settle: worker needs LockDB and StoreDB, or LockPool and StorePool")
+	case pgxSet && w.Unsafe:
+		return errors.New("settle: the unsafe pattern runs on database/sql only")
 	}
 	for _, ev := range deliveries {
 		for attempt := 1; ; attempt++ {
@@ -125,11 +137,106 @@ func (w *Worker) Process(ctx context.Context, deliveries []int64) error {
 }
 
 func (w *Worker) settle(ctx context.Context, ev int64) (Step, string, error) {
-	if w.Unsafe {
+	switch {
+	case w.Unsafe:
 		return w.settleUnsafe(ctx, ev)
+	case w.LockPool != nil:
+		return w.settleSafe(ctx, ev, pgxStore{lock: w.LockPool, store: w.StorePool})
 	}
-	return w.settleSafe(ctx, ev)
+	return w.settleSafe(ctx, ev, sqlStore{lock: w.LockDB, store: w.StoreDB})
 }
+
+// stmts runs statements in one transaction of either driver.
+type stmts interface {
+	exec(ctx context.Context, query string, args ...any) error
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+}
+
+// storeTx is a write transaction on the store.
+type storeTx interface {
+	stmts
+	checkToken(ctx context.Context, resource string, token advisory.Token) error
+	commit(ctx context.Context) error
+	rollback(ctx context.Context)
+}
+
+// store is what the safe pattern needs from a driver: WithXactLock on the
+// lock handle, transactions on the store handle. sqlStore and pgxStore are
+// its two forms, so the steps themselves are written once.
+type store interface {
+	withXactLock(ctx context.Context, key advisory.Key, fn func(context.Context, stmts) error, opts ...advisory.LockOption) error
+	begin(ctx context.Context) (storeTx, error)
+}
+
+// sqlStore is database/sql with advisory.WithXactLock.
+type sqlStore struct{ lock, store *sql.DB }
+
+func (s sqlStore) withXactLock(ctx context.Context, key advisory.Key, fn func(context.Context, stmts) error, opts ...advisory.LockOption) error {
+	return advisory.WithXactLock(ctx, s.lock, key, func(ctx context.Context, tx *sql.Tx) error {
+		return fn(ctx, sqlTx{tx})
+	}, opts...)
+}
+
+func (s sqlStore) begin(ctx context.Context) (storeTx, error) {
+	tx, err := s.store.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx{tx}, nil
+}
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, query string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (t sqlTx) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+}
+
+func (t sqlTx) checkToken(ctx context.Context, resource string, token advisory.Token) error {
+	return advisory.CheckToken(ctx, t.tx, resource, token)
+}
+
+func (t sqlTx) commit(context.Context) error { return t.tx.Commit() }
+func (t sqlTx) rollback(context.Context)     { _ = t.tx.Rollback() }
+
+// pgxStore is pgxpool with pgxadvisory.WithXactLock.
+type pgxStore struct{ lock, store *pgxpool.Pool }
+
+func (s pgxStore) withXactLock(ctx context.Context, key advisory.Key, fn func(context.Context, stmts) error, opts ...advisory.LockOption) error {
+	return pgxadvisory.WithXactLock(ctx, s.lock, key, func(ctx context.Context, tx pgx.Tx) error {
+		return fn(ctx, pgxTx{tx})
+	}, opts...)
+}
+
+func (s pgxStore) begin(ctx context.Context) (storeTx, error) {
+	tx, err := s.store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxTx{tx}, nil
+}
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) exec(ctx context.Context, query string, args ...any) error {
+	_, err := t.tx.Exec(ctx, query, args...)
+	return err
+}
+
+func (t pgxTx) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.tx.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (t pgxTx) checkToken(ctx context.Context, resource string, token advisory.Token) error {
+	return pgxadvisory.CheckToken(ctx, t.tx, resource, token)
+}
+
+func (t pgxTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+func (t pgxTx) rollback(ctx context.Context)     { _ = t.tx.Rollback(context.WithoutCancel(ctx)) }
 
 func (w *Worker) lockOptions(token *advisory.Token) []advisory.LockOption {
 	opts := []advisory.LockOption{advisory.WithFencing(token)}
@@ -142,16 +249,16 @@ func (w *Worker) lockOptions(token *advisory.Token) []advisory.LockOption {
 	return opts
 }
 
-func (w *Worker) settleSafe(ctx context.Context, ev int64) (Step, string, error) {
+func (w *Worker) settleSafe(ctx context.Context, ev int64, st store) (Step, string, error) {
 	var token advisory.Token
 	var step Step
 	var detail string
-	err := advisory.WithXactLock(ctx, w.LockDB, EventKey(w.Run, ev), func(ctx context.Context, tx *sql.Tx) error {
+	err := st.withXactLock(ctx, EventKey(w.Run, ev), func(ctx context.Context, tx stmts) error {
 		var pid int
 		var settled bool
-		if err := tx.QueryRowContext(ctx,
+		if err := tx.queryRow(ctx,
 			"SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM settle_event WHERE run = $1 AND id = $2 AND settled_by IS NOT NULL)",
-			w.Run, ev).Scan(&pid, &settled); err != nil {
+			[]any{w.Run, ev}, &pid, &settled); err != nil {
 			return err
 		}
 		w.emit(StepHolding, ev, fmt.Sprintf("pid=%d token=%d", pid, token))
@@ -164,7 +271,7 @@ func (w *Worker) settleSafe(ctx context.Context, ev int64) (Step, string, error)
 			return err
 		}
 		var err error
-		step, detail, err = w.write(ctx, ev, token)
+		step, detail, err = w.write(ctx, st, ev, token)
 		return err
 	}, w.lockOptions(&token)...)
 	return step, detail, err
@@ -172,21 +279,21 @@ func (w *Worker) settleSafe(ctx context.Context, ev int64) (Step, string, error)
 
 // write is the store side: fencing check, idempotency check, ledger,
 // balance, mark — one transaction on StoreDB.
-func (w *Worker) write(ctx context.Context, ev int64, token advisory.Token) (Step, string, error) {
-	tx, err := w.StoreDB.BeginTx(ctx, nil)
+func (w *Worker) write(ctx context.Context, st store, ev int64, token advisory.Token) (Step, string, error) {
+	tx, err := st.begin(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	defer tx.Rollback()
+	defer tx.rollback(ctx)
 	if w.Lease > 0 {
 		// A writer cut off mid-write must not hold the event's fence row
 		// (and so every later writer) for longer than a lock holder could.
-		if _, err := tx.ExecContext(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+		if err := tx.exec(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
 			fmt.Sprint(w.Lease.Milliseconds())); err != nil {
 			return "", "", err
 		}
 	}
-	if err := advisory.CheckToken(ctx, tx, resource(w.Run, ev), token); err != nil {
+	if err := tx.checkToken(ctx, resource(w.Run, ev), token); err != nil {
 		if errors.Is(err, advisory.ErrStaleToken) {
 			w.emit(StepFenced, ev, err.Error())
 			return StepFenced, err.Error(), nil
@@ -197,10 +304,10 @@ func (w *Worker) write(ctx context.Context, ev int64, token advisory.Token) (Ste
 }
 
 // apply re-checks and writes one settlement inside tx, and commits.
-func (w *Worker) apply(ctx context.Context, tx *sql.Tx, ev int64, token advisory.Token) (Step, string, error) {
+func (w *Worker) apply(ctx context.Context, tx storeTx, ev int64, token advisory.Token) (Step, string, error) {
 	var settled bool
-	if err := tx.QueryRowContext(ctx,
-		"SELECT settled_by IS NOT NULL FROM settle_event WHERE run = $1 AND id = $2", w.Run, ev).Scan(&settled); err != nil {
+	if err := tx.queryRow(ctx,
+		"SELECT settled_by IS NOT NULL FROM settle_event WHERE run = $1 AND id = $2", []any{w.Run, ev}, &settled); err != nil {
 		return "", "", err
 	}
 	if settled {
@@ -209,28 +316,25 @@ func (w *Worker) apply(ctx context.Context, tx *sql.Tx, ev int64, token advisory
 	if err := w.record(ctx, tx, ev, token); err != nil {
 		return "", "", err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return "", "", err
 	}
 	return StepSettled, fmt.Sprintf("token=%d", token), nil
 }
 
 // record writes the ledger row, the balance and the mark.
-func (w *Worker) record(ctx context.Context, q interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, ev int64, token advisory.Token) error {
-	if _, err := q.ExecContext(ctx, `INSERT INTO settle_ledger (run, event, account, amount, worker, token)
+func (w *Worker) record(ctx context.Context, q stmts, ev int64, token advisory.Token) error {
+	if err := q.exec(ctx, `INSERT INTO settle_ledger (run, event, account, amount, worker, token)
 		SELECT run, id, account, amount, $3, $4 FROM settle_event WHERE run = $1 AND id = $2`,
 		w.Run, ev, w.Name, int64(token)); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, `UPDATE settle_account a SET balance = balance + e.amount
+	if err := q.exec(ctx, `UPDATE settle_account a SET balance = balance + e.amount
 		FROM settle_event e WHERE e.run = $1 AND e.id = $2 AND a.run = e.run AND a.id = e.account`, w.Run, ev); err != nil {
 		return err
 	}
-	_, err := q.ExecContext(ctx, "UPDATE settle_event SET settled_by = $3, token = $4 WHERE run = $1 AND id = $2",
+	return q.exec(ctx, "UPDATE settle_event SET settled_by = $3, token = $4 WHERE run = $1 AND id = $2",
 		w.Run, ev, w.Name, int64(token))
-	return err
 }
 
 // settleUnsafe is the pattern pgadvisory exists to stop: a session-level
@@ -272,7 +376,7 @@ func (w *Worker) settleUnsafe(ctx context.Context, ev int64) (Step, string, erro
 		return "", "", errors.Join(err, unlock())
 	}
 	defer tx.Rollback()
-	if err := w.record(ctx, tx, ev, 0); err != nil {
+	if err := w.record(ctx, sqlTx{tx}, ev, 0); err != nil {
 		return "", "", errors.Join(err, unlock())
 	}
 	if err := tx.Commit(); err != nil {
