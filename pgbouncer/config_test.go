@@ -1,6 +1,10 @@
 package pgbouncer
 
 import (
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"strings"
 	"testing"
@@ -194,5 +198,135 @@ func TestDSNEscapes(t *testing.T) {
 	want := "postgres://a%20b:p%40ss%2Fword@[::1]:5432/db?sslmode=disable"
 	if got != want {
 		t.Fatalf("dsn = %q, want %q", got, want)
+	}
+}
+
+// Without WithTLS the generated configuration has no TLS line at all: the
+// default stays exactly as it was.
+func TestRenderIniNoTLSByDefault(t *testing.T) {
+	ini, err := renderIni(bouncerConfig{mode: Transaction, serverHost: "h", serverPort: 1, listenAddr: "a",
+		listenPort: 2, authFile: "f", widePool: WidePoolSize, creds: defaultCredentials})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(ini, "tls") {
+		t.Fatalf("default ini mentions TLS:\n%s", ini)
+	}
+	if strings.Contains(renderHBA(defaultCredentials, "n", "n"), "hostssl") {
+		t.Fatal("default pg_hba.conf must not require TLS")
+	}
+	o, err := buildOptions(nil)
+	if err != nil || o.tls != tlsOff {
+		t.Fatalf("default options: tls = %v, %v; want off", o.tls, err)
+	}
+}
+
+func TestRenderIniTLS(t *testing.T) {
+	for _, mode := range []string{"allow", "require"} {
+		t.Run(mode, func(t *testing.T) {
+			ini, err := renderIni(bouncerConfig{mode: Transaction, serverHost: "127.0.0.1", serverPort: 1, listenAddr: "127.0.0.1",
+				listenPort: 2, authFile: "f", widePool: WidePoolSize, creds: defaultCredentials,
+				tls: &bouncerTLS{clientMode: mode, certFile: "/d/server.crt", keyFile: "/d/server.key", caFile: "/d/ca.crt", serverMode: "verify-full"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{
+				"client_tls_sslmode = " + mode + "\n",
+				"client_tls_cert_file = /d/server.crt\n",
+				"client_tls_key_file = /d/server.key\n",
+				"client_tls_ca_file = /d/ca.crt\n",
+				"server_tls_sslmode = verify-full\n",
+				"server_tls_ca_file = /d/ca.crt\n",
+				"pool_mode = transaction\n",
+			} {
+				if !strings.Contains(ini, want) {
+					t.Errorf("ini lacks %q:\n%s", want, ini)
+				}
+			}
+		})
+	}
+	base := bouncerTLS{clientMode: "allow", certFile: "c", keyFile: "k", caFile: "a", serverMode: "require"}
+	for name, mutate := range map[string]func(*bouncerTLS){
+		"bad client mode":  func(b *bouncerTLS) { b.clientMode = "verify-full" },
+		"no key":           func(b *bouncerTLS) { b.keyFile = "" },
+		"comment in path":  func(b *bouncerTLS) { b.certFile = "/tmp/a;b" },
+		"newline in mode":  func(b *bouncerTLS) { b.serverMode = "require\nadmin_users = x" },
+		"no server mode":   func(b *bouncerTLS) { b.serverMode = "" },
+		"comment in CA":    func(b *bouncerTLS) { b.caFile = "#" },
+		"newline in a key": func(b *bouncerTLS) { b.keyFile = "k\n" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tl := base
+			mutate(&tl)
+			_, err := renderIni(bouncerConfig{mode: Session, serverHost: "h", serverPort: 1, listenAddr: "a", listenPort: 2,
+				authFile: "f", widePool: 4, creds: defaultCredentials, tls: &tl})
+			if err == nil || !strings.HasPrefix(err.Error(), "pgbouncer: ") {
+				t.Fatalf("renderIni = %v, want a pgbouncer: error", err)
+			}
+		})
+	}
+}
+
+func TestRenderHBASSL(t *testing.T) {
+	hba := renderHBASSL(defaultCredentials, "127.0.0.1/32", "127.0.0.1/32")
+	for _, want := range []string{
+		"host all postgres 127.0.0.1/32 trust\n",
+		"hostssl all all 127.0.0.1/32 scram-sha-256\n",
+	} {
+		if !strings.Contains(hba, want) {
+			t.Errorf("hba lacks %q:\n%s", want, hba)
+		}
+	}
+	if strings.Contains(hba, "host all all") {
+		t.Errorf("hba lets the application user in over plaintext:\n%s", hba)
+	}
+}
+
+func TestTLSOptions(t *testing.T) {
+	o, err := buildOptions([]Option{WithTLS()})
+	if err != nil || o.tls != tlsAllow {
+		t.Fatalf("WithTLS: %v, %v", o.tls, err)
+	}
+	// WithTLS after WithTLSRequired does not weaken it.
+	o, err = buildOptions([]Option{WithTLSRequired(), WithTLS()})
+	if err != nil || o.tls != tlsRequired {
+		t.Fatalf("WithTLSRequired, WithTLS: %v, %v", o.tls, err)
+	}
+	if got := withSSLMode("postgres://u:p@h:1/db?sslmode=disable", "require"); got != "postgres://u:p@h:1/db?sslmode=require" {
+		t.Fatalf("withSSLMode = %q", got)
+	}
+}
+
+// The generated certificates chain to the CA and name the loopback.
+func TestGenerateTLS(t *testing.T) {
+	f, err := generateTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(f.caPEM) {
+		t.Fatal("CA PEM does not parse")
+	}
+	block, _ := pem.Decode(f.certPEM)
+	if block == nil {
+		t.Fatal("server certificate PEM does not parse")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"127.0.0.1", "localhost", "::1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool}); err != nil {
+			t.Errorf("verify for %s: %v", name, err)
+		}
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "example.com", Roots: pool}); err == nil {
+		t.Error("certificate verifies for example.com")
+	}
+	if _, err := tls.X509KeyPair(f.certPEM, f.keyPEM); err != nil {
+		t.Fatalf("key does not match certificate: %v", err)
+	}
+	if _, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok {
+		t.Fatalf("server key is %T, want ECDSA", cert.PublicKey)
 	}
 }

@@ -25,6 +25,16 @@
 // testcontainers-go when a Docker engine answers. PGADVISORY_TEST_BACKEND
 // (auto, local, docker) or WithBackend chooses; auto prefers local binaries.
 //
+// # TLS
+//
+// WithTLS generates a throwaway CA and a server certificate for 127.0.0.1
+// and localhost at start, runs PostgreSQL with ssl=on and every PgBouncer
+// with client TLS (and TLS to PostgreSQL, verified against the CA). The
+// returned DSNs keep sslmode=disable and still work; set sslmode=require, or
+// verify-full with sslrootcert=Cluster.CAFile(). WithTLSRequired also refuses
+// plaintext to the application user and the admin console. TLS is offered by
+// the local back end only.
+//
 // # In tests
 //
 // Share one cluster per test package:

@@ -42,6 +42,8 @@ type options struct {
 	logf    func(format string, args ...any)
 	// widePool is the pool size of WideDatabase.
 	widePool int
+	// tls is set by WithTLS and WithTLSRequired (local back end only).
+	tls tlsLevel
 
 	postgresImage, bouncerImage string
 }
@@ -159,6 +161,7 @@ type Cluster struct {
 	creds    credentials
 	backend  Backend
 	widePool int
+	caFile   string // WithTLS: the CA's PEM file; "" without TLS
 	impl     clusterImpl
 
 	mu     sync.Mutex
@@ -201,8 +204,18 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	c.widePool = o.widePool
 	switch backend {
 	case BackendLocal:
-		c.impl, err = startLocal(ctx, o, c.creds)
+		var lc *localCluster
+		lc, err = startLocal(ctx, o, c.creds)
+		if err == nil {
+			c.impl = lc
+			if lc.tls != nil {
+				c.caFile = lc.tls.caFile
+			}
+		}
 	case BackendDocker:
+		if o.tls != tlsOff {
+			return nil, errors.New("pgbouncer: WithTLS is supported by the local back end only (set PGADVISORY_TEST_BACKEND=local or WithBackend(BackendLocal))")
+		}
 		c.impl, err = startDocker(ctx, o, c.creds)
 	}
 	if err != nil {

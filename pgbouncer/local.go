@@ -61,6 +61,7 @@ type localCluster struct {
 	creds credentials
 	dir   string              // the temporary directory holding everything
 	cred  *syscall.Credential // nil: run as ourselves
+	tls   *bouncerTLS         // nil: no TLS (the default)
 	uid   int
 	gid   int
 
@@ -104,6 +105,11 @@ func startLocal(ctx context.Context, o *options, creds credentials) (_ *localClu
 		return nil, err
 	}
 	start := time.Now()
+	if o.tls != tlsOff {
+		if lc.tls, err = lc.writeTLS(); err != nil {
+			return nil, err
+		}
+	}
 	if err := lc.initdb(ctx); err != nil {
 		return nil, err
 	}
@@ -170,6 +176,9 @@ func (lc *localCluster) initdb(ctx context.Context) error {
 		return fmt.Errorf("pgbouncer: initdb: %w\n%s", err, tail(out.String(), 20))
 	}
 	hba := filepath.Join("data", "pg_hba.conf")
+	if lc.opts.tls == tlsRequired {
+		return lc.writeFile(hba, renderHBASSL(lc.creds, "127.0.0.1/32", "127.0.0.1/32"))
+	}
 	return lc.writeFile(hba, renderHBA(lc.creds, "127.0.0.1/32", "127.0.0.1/32"))
 }
 
@@ -264,6 +273,9 @@ func (lc *localCluster) startPostgres(ctx context.Context, port int) error {
 		for _, s := range serverSettings {
 			args = append(args, "-c", s)
 		}
+		for _, s := range postgresTLSSettings(lc.tls) {
+			args = append(args, "-c", s)
+		}
 		p, err := lc.spawn("postgres", "postgres.log", lc.bins.postgres, args...)
 		if err != nil {
 			return err
@@ -271,7 +283,7 @@ func (lc *localCluster) startPostgres(ctx context.Context, port int) error {
 		lc.mu.Lock()
 		lc.postgres, lc.pgPort = p, port
 		lc.mu.Unlock()
-		err = waitReady(ctx, p, dsn(lc.creds.superuser, "", "127.0.0.1", port, "postgres"))
+		err = waitReady(ctx, p, lc.pingDSN(dsn(lc.creds.superuser, "", "127.0.0.1", port, "postgres")))
 		if errors.Is(err, errPortTaken) && !fixed && try < maxPortTries {
 			lc.opts.logf("pgbouncer: port %d taken, trying another", port)
 			continue
@@ -356,7 +368,7 @@ func (lc *localCluster) startBouncerOn(ctx context.Context, m Mode, port int) er
 			mode: m, serverHost: "127.0.0.1", serverPort: lc.pgPort,
 			listenAddr: "127.0.0.1", listenPort: port,
 			authFile: filepath.Join(lc.dir, "userlist.txt"), socketDir: lc.dir,
-			widePool: lc.opts.widePool, creds: lc.creds,
+			widePool: lc.opts.widePool, creds: lc.creds, tls: lc.tls,
 		})
 		if err != nil {
 			return err
@@ -372,7 +384,7 @@ func (lc *localCluster) startBouncerOn(ctx context.Context, m Mode, port int) er
 		lc.mu.Lock()
 		lc.bouncers[m], lc.ports[m] = p, port
 		lc.mu.Unlock()
-		err = waitReady(ctx, p, dsn(lc.creds.appUser, lc.creds.appPassword, "127.0.0.1", port, NarrowDatabase))
+		err = waitReady(ctx, p, lc.pingDSN(dsn(lc.creds.appUser, lc.creds.appPassword, "127.0.0.1", port, NarrowDatabase)))
 		if errors.Is(err, errPortTaken) && !fixed && try < maxPortTries {
 			lc.opts.logf("pgbouncer: port %d taken, trying another", port)
 			continue
@@ -382,6 +394,15 @@ func (lc *localCluster) startBouncerOn(ctx context.Context, m Mode, port int) er
 		}
 		return nil
 	}
+}
+
+// pingDSN is the DSN that readiness checks use: with TLS on it requires TLS,
+// so that a server whose TLS set-up is broken does not count as ready.
+func (lc *localCluster) pingDSN(d string) string {
+	if lc.tls == nil {
+		return d
+	}
+	return withSSLMode(d, "require")
 }
 
 func (lc *localCluster) postgresAddr() (string, int) {
