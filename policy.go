@@ -83,6 +83,17 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 		return decision{err: &SessionLockError{Func: call.Func, Query: query, Position: call.Start + 1, Mode: in.mode, Policy: in.policy, InTx: in.inTx, Twin: call.XactTwin()}}
 	}
 	for _, call := range res.Calls {
+		if call.Kind != lockscan.KindCall && call.Kind != lockscan.KindAttribute && call.Scope == lockscan.ScopeSession {
+			// An operator, aggregate, cast, ... defined over a session lock
+			// function, or a regproc naming it: it runs the lock later,
+			// where no scanner sees a name. Nothing to rewrite.
+			if in.policy == PolicyWarn {
+				d.warnings = append(d.warnings, notice{"pgadvisory: statement names a session-level advisory lock function outside a call; sent as is (policy warn)",
+					[]slog.Attr{slog.String("func", call.Func), slog.String("via", call.Via), slog.Int("position", call.Start+1)}})
+				continue
+			}
+			return refuse(call)
+		}
 		if call.Scope == lockscan.ScopeXact {
 			if in.mode != poolmode.Statement {
 				continue
@@ -100,7 +111,10 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 				[]slog.Attr{slog.String("func", call.Func), slog.Int("position", call.Start+1)}})
 			continue
 		case PolicyRewrite:
-			if !in.inTx || in.mode == poolmode.Statement {
+			if !in.inTx || in.mode == poolmode.Statement || call.Kind != lockscan.KindCall || definesCode(query, call.Start) {
+				// Rewriting is for calls that run now, in this transaction:
+				// never edit a function body or DO block (stored DDL would
+				// take xact locks in someone else's transaction later).
 				return refuse(call)
 			}
 			e, ok := rewriteEdits(query, call, in.tookKey)

@@ -227,3 +227,74 @@ func skipBlanks(s string, i int) int {
 	}
 	return i
 }
+
+// definesCode reports whether the call at pos may be part of code that
+// runs later or elsewhere: the text defines a function or procedure, or is
+// a DO block, or pos lies inside a string or dollar-quoted literal (a body).
+// It errs on the side of true.
+func definesCode(query string, pos int) bool {
+	w, _ := firstWord(query)
+	switch strings.ToLower(w) {
+	case "do", "create", "alter":
+		return true
+	}
+	lower := strings.ToLower(query)
+	for _, w := range []string{"create", "do", "atomic", "alter"} {
+		if containsWord(lower, w) {
+			return true
+		}
+	}
+	return insideLiteral(query, pos)
+}
+
+// containsWord reports whether w occurs in s as a whole word.
+func containsWord(s, w string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], w)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(w)
+		if (j == 0 || !isIdentByte(s[j-1])) && (end == len(s) || !isIdentByte(s[end])) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// insideLiteral reports whether pos lies inside a quoted string or a
+// dollar-quoted string of query (or query cannot be followed that far).
+func insideLiteral(query string, pos int) bool {
+	i := 0
+	for i < pos && i < len(query) {
+		switch c := query[i]; {
+		case c == '\'':
+			escapes := i > 0 && (query[i-1] == 'E' || query[i-1] == 'e')
+			j, ok := skipString(query, i, escapes)
+			if !ok || j > pos {
+				return true
+			}
+			i = j
+		case c == '$':
+			j, ok := skipDollar(query, i)
+			if !ok {
+				i++
+				continue
+			}
+			if j > pos {
+				return true
+			}
+			i = j
+		case c == '"':
+			j := strings.IndexByte(query[i+1:], '"')
+			if j < 0 {
+				return true
+			}
+			i += j + 2
+		default:
+			i++
+		}
+	}
+	return false
+}

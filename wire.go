@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -101,7 +102,12 @@ type guardConn struct {
 	seq           uint64
 	taken         map[string]int // argument keys of locks rewritten in this transaction
 	sessionLocked bool           // a session-level lock may be held (leak guard)
-	settings      map[string]string
+	// reading is how the server reads statement text (from
+	// ParameterStatus); settingsInFlux says a statement written since the
+	// last ReadyForQuery may change it.
+	reading        lockscan.Settings
+	settingsInFlux bool
+	scratch        []byte // changesReading's copy of a text
 
 	// Deferred BEGIN (WithPipelineBegin).
 	pendingBegin string       // BEGIN answered locally, not sent yet
@@ -403,10 +409,40 @@ func (c *guardConn) statement(t byte, text string, paramTypes []byte, bind *bind
 		defer func() { c.predicted = 'I'; c.taken = nil }()
 	}
 	pooled := c.pooled()
+	if c.changesReading(text) {
+		// standard_conforming_strings or client_encoding may change: until
+		// the server has answered (ParameterStatus), later text is read
+		// under settings the guard does not know yet.
+		defer func() { c.settingsInFlux = true }()
+		if lockscan.MayContainCall(text) && readLater(text) {
+			return c.decideScan(t, text, paramTypes, bind, lockscan.Result{}, errSettingsChange)
+		}
+	}
 	if !c.g.mayIntercept(pooled, text) {
 		return nil
 	}
-	r, err := c.g.scanner.Scan(text)
+	var (
+		r   lockscan.Result
+		err error
+	)
+	switch {
+	case c.settingsInFlux && lockscan.MayContainCall(text):
+		err = errSettingsChange
+	case c.reading != (lockscan.Settings{}):
+		r, err = c.g.scanner.ScanWith(text, c.reading)
+	default:
+		r, err = c.g.scanner.Scan(text)
+	}
+	return c.decideScan(t, text, paramTypes, bind, r, err)
+}
+
+// errSettingsChange makes a statement that may name a lock function
+// unscannable while the session's reading settings are changing.
+var errSettingsChange = fmt.Errorf("the statement is read while standard_conforming_strings or client_encoding may be changing: %w", lockscan.ErrUnsupportedSettings)
+
+// decideScan applies the policy to the scan of one statement text and
+// returns the bytes to send instead of its message, or nil. c.mu held.
+func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
 	in := policyInput{mode: c.mode, inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
 		tookKey: func(call lockscan.Call) bool {
 			k, ok := argKey(text, call, bind)
@@ -756,6 +792,9 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 			if body[0] == 'I' {
 				c.taken = nil
 			}
+			if c.recv >= c.sent && !c.unit.open {
+				c.settingsInFlux = false
+			}
 			for len(c.refusals) > 0 && c.refusals[0].unit <= c.recv {
 				c.refusals = c.refusals[1:]
 			}
@@ -769,10 +808,12 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 		k, ok := cstring(body)
 		if ok {
 			if v, ok := cstring(body[len(k)+1:]); ok {
-				if c.settings == nil {
-					c.settings = make(map[string]string)
+				switch k {
+				case "standard_conforming_strings":
+					c.reading.StandardConformingStrings = normalizeDefault(v, "on")
+				case "client_encoding":
+					c.reading.ClientEncoding = normalizeDefault(v, "UTF8")
 				}
-				c.settings[k] = v
 			}
 		}
 	case 'E':
@@ -941,4 +982,95 @@ func (c *guardConn) takeLocal() []byte {
 		c.local = c.local[1:]
 	}
 	return out
+}
+
+// normalizeDefault maps the server's default value to "" (the zero value of
+// lockscan.Settings means the default), so that the common case scans
+// through the plain, cached path.
+func normalizeDefault(v, def string) string {
+	if strings.EqualFold(v, def) {
+		return ""
+	}
+	return v
+}
+
+// changesReading reports whether text may change how the server reads
+// later text (lockscan.ChangesReadingSettings), not counting set_config
+// calls whose first argument is a plain literal naming another setting —
+// as advisory's own lock statements set lock_timeout. c.mu held.
+func (c *guardConn) changesReading(text string) bool {
+	if !lockscan.ChangesReadingSettings(text) {
+		return false
+	}
+	c.scratch = append(c.scratch[:0], text...)
+	masked := false
+	for i := 0; i+len("set_config") <= len(c.scratch); i++ {
+		if !bytes.EqualFold(c.scratch[i:i+len("set_config")], []byte("set_config")) {
+			continue
+		}
+		if benignSetConfig(text[i+len("set_config"):]) {
+			c.scratch[i] = 'x' // no longer spells set_config
+			masked = true
+		}
+	}
+	if !masked {
+		return true
+	}
+	return lockscan.ChangesReadingSettings(unsafe.String(unsafe.SliceData(c.scratch), len(c.scratch)))
+}
+
+// benignSetConfig reports whether rest, the text after "set_config", opens
+// an argument list whose first argument is a string literal of plain
+// setting-name characters naming neither reading setting.
+func benignSetConfig(rest string) bool {
+	i := skipBlanks(rest, 0)
+	if i >= len(rest) || rest[i] != '(' {
+		return false
+	}
+	i = skipBlanks(rest, i+1)
+	if i >= len(rest) || rest[i] != '\'' {
+		return false
+	}
+	j := i + 1
+	for j < len(rest) && (rest[j] >= 'a' && rest[j] <= 'z' || rest[j] == '_' || rest[j] == '.') {
+		j++
+	}
+	if j >= len(rest) || rest[j] != '\'' || j == i+1 {
+		return false
+	}
+	name := rest[i+1 : j]
+	return !strings.Contains(name, "conforming") && !strings.Contains(name, "encoding")
+}
+
+// readLater reports whether part of text may be read by the server only
+// when it runs — after a setting changed earlier in the same text: a lock
+// name the scanner saw at the top level (the server parses a simple Query
+// whole before running any of it, so the top level is read as scanned),
+// a body, or an EXECUTE. It errs on the side of true.
+func readLater(text string) bool {
+	if containsFold(text, "advisory") || containsFold(text, "u&") {
+		return true
+	}
+	for i := 0; i+1 < len(text); i++ {
+		if text[i] == '$' && (text[i+1] == '$' || text[i+1] == '_' || text[i+1]|0x20 >= 'a' && text[i+1]|0x20 <= 'z') {
+			return true // a dollar-quoted body
+		}
+	}
+	lower := strings.ToLower(text)
+	for _, w := range []string{"do", "execute", "create", "call", "perform"} {
+		if containsWord(lower, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold is strings.Contains ignoring ASCII case, without allocating.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
