@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
+	"github.com/pgadvisory/pgadvisory/internal/faultproxy"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
@@ -111,5 +113,36 @@ func TestIntegrationHoldSessionConnWait(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A lock statement that never reaches the server (here a partition between
+// client and server, as for a statement queued in a pooler behind a driver
+// that sends BEGIN with it) is abandoned WithTimeout plus a margin after
+// it was sent, as ErrConnTimeout: before, it waited for the context
+// deadline and was reported as ErrLockTimeout, or hung without one.
+func TestIntegrationLockStatementWithoutAnswer(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	u, err := url.Parse(pgxDSN(c.DirectDSN()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	db := openDB(t, u.String())
+	ctx := testCtx(t) // 60s: only bounds a failing test
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Partition()
+	defer proxy.Heal()
+	err = advisory.XactLock(ctx, tx, uniqueKey(t, "k"), advisory.WithTimeout(300*time.Millisecond))
+	if !errors.Is(err, advisory.ErrConnTimeout) || errors.Is(err, advisory.ErrLockTimeout) || ctx.Err() != nil {
+		t.Fatalf("lock statement without an answer: %v (test context %v); want ErrConnTimeout", err, ctx.Err())
 	}
 }

@@ -29,8 +29,12 @@ var (
 	// WithTimeout or the context deadline passed: neither a slot of the
 	// client's pool nor a server connection of a pooler such as PgBouncer
 	// (which hands one out when the transaction's first statement
-	// arrives). The lock was never asked for, so this says nothing about
-	// who holds it; it says the pool is exhausted.
+	// arrives). It is also the error of a lock statement that got no
+	// answer within WithTimeout and a margin: the server, which ends lock
+	// waits itself at lock_timeout, never received it (it sat in a pooler's
+	// queue, or the server is unreachable). The lock was never asked for,
+	// so this says nothing about who holds it; it says the pool is
+	// exhausted or the server out of reach.
 	ErrConnTimeout = errors.New("advisory: timed out waiting for a connection")
 
 	// ErrNotAcquired means a lock taken with NoWait was held by someone

@@ -68,8 +68,12 @@ func (c *config) fail(err error) {
 // *LockError matching ErrConnTimeout. What is left of d bounds the lock
 // wait, which the server enforces through lock_timeout, set for the
 // transaction in the same statement that takes the lock; a lock wait that
-// ends matches ErrLockTimeout. When the context has a deadline, the sooner
-// of the two applies to each wait. d must be positive. Without WithTimeout and without a deadline the lock
+// ends matches ErrLockTimeout. A lock statement that gets no answer at all
+// within that limit and half a second more never reached the server (it
+// waits in a pooler's queue, as behind a driver that sends BEGIN with the
+// lock statement, or the server is unreachable): it is abandoned with
+// ErrConnTimeout. When the context has a deadline, the sooner of the two
+// applies to each wait. d must be positive. Without WithTimeout and without a deadline the lock
 // statement leaves lock_timeout alone (the role's or server's setting
 // applies; 0, the default, waits forever).
 func WithTimeout(d time.Duration) LockOption {

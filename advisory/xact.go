@@ -439,6 +439,38 @@ func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
 // acquire runs the lock statement (and the optional restore and fencing
 // statements) on q. It reports false when a NoWait lock was not granted.
 func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bool) (bool, error) {
+	if !c.has(optTimeout) {
+		return acquireOnce(ctx, q, key, c, session)
+	}
+	// The server ends a lock wait itself at lock_timeout. A statement
+	// without an answer well after that never reached it: it waits for a
+	// server connection in a pooler's queue (PgBouncer with every server
+	// connection busy, behind a driver that sends BEGIN along with this
+	// statement) or the server is unreachable. WithTimeout bounds that too.
+	limit := c.timeout + answerMargin
+	actx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(limit, func() { cancel(errNoAnswer) })
+	ok, err := acquireOnce(actx, q, key, c, session)
+	fired := !timer.Stop()
+	cancel(nil)
+	if err != nil && fired {
+		return false, &LockError{Op: "lock", Key: key, Kind: ErrConnTimeout,
+			Err: fmt.Errorf("no answer within WithTimeout(%v) + %v, so the statement never reached the server "+
+				"(queued in a pooler for a server connection, or the server is unreachable): %w", c.timeout, answerMargin, err)}
+	}
+	return ok, err
+}
+
+// answerMargin is how long past the lock's wait limit the client waits for
+// the server's answer to the lock statement (see acquire).
+const answerMargin = 500 * time.Millisecond
+
+// errNoAnswer is the cancel cause of a lock statement that got no answer
+// within the wait limit plus answerMargin.
+var errNoAnswer = errors.New("advisory: no answer from the server within WithTimeout")
+
+// acquireOnce runs the lock statement and what follows it under ctx.
+func acquireOnce(ctx context.Context, q bridge.Stmts, key Key, c *config, session bool) (bool, error) {
 	timeout, err := waitLimit(ctx, key, c)
 	if err != nil {
 		return false, err
