@@ -77,6 +77,7 @@ func TestTLS(t *testing.T) {
 			t.Run("DeferredBeginFails", func(t *testing.T) { testTLSDeferredBeginFails(t, bouncer) })
 			t.Run("DatabaseSQL", func(t *testing.T) { testTLSDatabaseSQL(t, c, bouncer) })
 			t.Run("ChannelBinding", func(t *testing.T) { testTLSChannelBinding(t, direct) })
+			t.Run("CopyFromAndCancel", func(t *testing.T) { testTLSCopyFromAndCancel(t, bouncer) })
 		})
 	}
 	t.Run("AdminProbe", func(t *testing.T) { testTLSAdminProbe(t, c) })
@@ -445,6 +446,44 @@ func testTLSChannelBinding(t *testing.T, direct string) {
 	sqlDB := openT(t, withParams(t, direct, "channel_binding", "prefer"))
 	if err := sqlDB.PingContext(ctx); err != nil {
 		t.Fatalf("database/sql with channel_binding=prefer: %v", err)
+	}
+}
+
+// testTLSCopyFromAndCancel: CopyFrom (pgconn reads and writes the wrapped
+// *tls.Conn from two goroutines at once) moves a few MB through the guard
+// over TLS, and a statement whose context ends (pgx calls SetDeadline on the
+// wrapper) returns promptly and leaves the pool usable.
+func testTLSCopyFromAndCancel(t *testing.T, bouncer string) {
+	pool := guardedPool(t, bouncer, tlsLogger(t))
+	ctx := t.Context()
+	table := sideEffectTable(t, pool)
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+table+" ADD COLUMN pad text", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 20000
+	pad := strings.Repeat("x", 200)
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{strings.Trim(table, `"`)}, []string{"id", "pad"},
+		pgx.CopyFromSlice(rows, func(i int) ([]any, error) { return []any{int32(i), pad}, nil }))
+	if err != nil || n != rows {
+		t.Fatalf("CopyFrom: %d rows, %v; want %d", n, err, rows)
+	}
+	if got := rowCount(t, pool, table); got != rows {
+		t.Fatalf("%d rows after CopyFrom, want %d", got, rows)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = pool.Exec(short, "SELECT pg_sleep(10)")
+	if err == nil {
+		t.Fatal("pg_sleep(10) with a 200ms context returned no error")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the cancelled statement returned after %v: %v", d, err)
+	}
+	var one int
+	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("after the cancelled statement: %v, %v", one, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package pgbouncer
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
@@ -328,5 +329,16 @@ func TestGenerateTLS(t *testing.T) {
 	}
 	if _, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok {
 		t.Fatalf("server key is %T, want ECDSA", cert.PublicKey)
+	}
+}
+
+// TLS is local-only: the Docker back end refuses it at once, before it
+// looks for an engine.
+func TestTLSDockerRefused(t *testing.T) {
+	for _, opt := range []Option{WithTLS(), WithTLSRequired()} {
+		_, err := Start(context.Background(), WithBackend(BackendDocker), opt)
+		if err == nil || !strings.Contains(err.Error(), "local back end only") {
+			t.Fatalf("Start(docker, TLS) = %v, want the local-only error", err)
+		}
 	}
 }
