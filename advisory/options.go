@@ -44,7 +44,8 @@ var optNames = map[optBit]string{
 
 type config struct {
 	set      optBit
-	timeout  time.Duration
+	timeout  time.Duration // what is left of the wait limit
+	given    time.Duration // WithTimeout's argument
 	lease    time.Duration
 	token    *Token
 	txOpts   *sql.TxOptions
@@ -82,7 +83,7 @@ func WithTimeout(d time.Duration) LockOption {
 		if d <= 0 {
 			c.fail(fmt.Errorf("advisory: WithTimeout(%v): duration must be positive", d))
 		}
-		c.timeout = d
+		c.timeout, c.given = d, d
 	}
 }
 

@@ -454,9 +454,13 @@ func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bo
 	fired := !timer.Stop()
 	cancel(nil)
 	if err != nil && fired {
+		if le := (*LockError)(nil); errors.As(err, &le) && le.Err != nil {
+			err = le.Err // the driver's error, without the key a second time
+		}
 		return false, &LockError{Op: "lock", Key: key, Kind: ErrConnTimeout,
-			Err: fmt.Errorf("no answer within WithTimeout(%v) + %v, so the statement never reached the server "+
-				"(queued in a pooler for a server connection, or the server is unreachable): %w", c.timeout, answerMargin, err)}
+			Err: fmt.Errorf("no answer within %v (what WithTimeout(%v) left) + %v, so the statement never reached the server "+
+				"(queued in a pooler for a server connection, or the server is unreachable): %w",
+				c.timeout.Round(time.Millisecond), c.given, answerMargin, err)}
 	}
 	return ok, err
 }
