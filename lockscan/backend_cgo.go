@@ -87,6 +87,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -143,6 +144,9 @@ var testStack int
 
 // warm is a no-op with cgo: libpg_query needs no start-up.
 func warm() {}
+
+// startupCost is zero with cgo.
+func startupCost() time.Duration { return 0 }
 
 // parseToJSON parses SQL text; depth is its estimated nesting.
 func parseToJSON(text string, depth int) (string, error) {

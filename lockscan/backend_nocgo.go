@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	pgquery "github.com/wasilibs/go-pgquery"
 	pgqparser "github.com/wasilibs/go-pgquery/parser"
@@ -51,12 +52,23 @@ const (
 	directPlLen = 1 << 30
 )
 
+// warmTook is how long warm-up took (read after warmOnce).
+var warmTook time.Duration
+
 func warm() {
 	warmOnce.Do(func() {
 		wasmMu.Lock()
 		defer wasmMu.Unlock()
+		start := time.Now()
 		_, _ = pgquery.ParseToJSON("SELECT 1")
+		warmTook = time.Since(start)
 	})
+}
+
+// startupCost returns how long Warm took in this process.
+func startupCost() time.Duration {
+	warm()
+	return warmTook
 }
 
 // wasmCall runs fn on the instance. A trap in the WebAssembly code (it

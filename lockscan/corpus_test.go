@@ -61,6 +61,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 		case inSQL:
 			sql = append(sql, line)
 		case strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, "#"): // a comment between cases
 		case line == "error":
 			cur.wantErr = true
 		default:

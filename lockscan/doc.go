@@ -13,12 +13,14 @@
 //
 // # Scanning
 //
-//	calls, err := lockscan.Scan("SELECT pg_try_advisory_lock($1)")
-//	// calls[0].Func == "pg_try_advisory_lock", Scope == ScopeSession,
-//	// Op == OpTryLock, and query[calls[0].Start:calls[0].End] is the name
-//	// as written.
+//	r, err := lockscan.Scan("SELECT pg_try_advisory_lock($1)")
+//	// r.Calls[0].Func == "pg_try_advisory_lock", Scope == ScopeSession,
+//	// Op == OpTryLock, Kind == KindCall, and
+//	// query[r.Calls[0].Start:r.Calls[0].End] is the name as written.
 //
-// Scan uses PostgreSQL's own parser (pg_query_go, PostgreSQL 17 grammar),
+// Scan uses PostgreSQL's own parser (libpg_query, PostgreSQL 17 grammar:
+// pg_query_go with cgo, its WebAssembly build go-pgquery without; see
+// Parser and Warm),
 // so a name inside a string constant, a comment, a dollar-quoted string, or
 // used as a column, table or alias is not a call. A call counts wherever an
 // expression can stand: target lists, WHERE, FROM (SELECT * FROM
@@ -40,6 +42,36 @@
 // escapes. A PL/pgSQL EXECUTE of a single string constant is scanned like
 // the body itself.
 //
+// # Any reference counts
+//
+// A function can run without call syntax, so every way a statement names an
+// advisory-lock function is a finding, with a Kind: KindCall for calls,
+// KindAttribute for attribute notation ((expr).pg_advisory_lock, and
+// param.pg_advisory_lock in a function body), KindReference for the options
+// of CREATE OPERATOR / AGGREGATE / TYPE / FUNCTION ... SUPPORT and the like,
+// the function of CREATE CAST, CREATE TRIGGER, CREATE LANGUAGE and other
+// statements naming a function (ALTER FUNCTION can rename it), and
+// regproc/regprocedure constants. GRANT, REVOKE, COMMENT, SECURITY LABEL and
+// DROP, which cannot make it run, are not findings.
+//
+// # Reading as the server will
+//
+// How the server splits a statement into tokens depends on two session
+// settings: standard_conforming_strings (off: a backslash escapes inside
+// '...') and client_encoding (in SJIS, BIG5, GBK, UHC, GB18030, JOHAB and
+// SHIFT_JIS_2004 the second byte of a character can be a backslash or a
+// quote). ScanWith takes them (Settings, whose zero value is the server's
+// default); Scan assumes the defaults. With standard_conforming_strings
+// off the statement is read exactly as the server reads it; under a
+// client-only encoding or a value the scanner does not know, a statement
+// that passes the pre-filter returns an error wrapping
+// ErrUnsupportedSettings, which a policy must treat as unscannable. A
+// function body is read again whenever the function runs, under that
+// session's setting, so a body with a backslash is scanned under both
+// readings unless the function fixes the setting with SET.
+// ChangesReadingSettings tells a guard that a statement changes the
+// settings in its own text.
+//
 // # Dynamic SQL
 //
 // Some constructs run SQL text that only exists at run time. Scanner.Scan
@@ -50,11 +82,14 @@
 //     EXECUTE, RETURN QUERY EXECUTE whose query is not one string constant
 //     (for example EXECUTE format('SELECT %I(1)', fn) or
 //     EXECUTE 'SELECT pg_advisory' || '_lock(1)').
-//   - DynamicDblink: dblink, dblink_exec, dblink_open, dblink_send_query, in
-//     any schema: they run SQL on a connection held by this backend.
+//   - DynamicDblink: dblink, dblink_exec, dblink_open, dblink_fetch,
+//     dblink_send_query, in any schema: they run SQL on a connection held
+//     by this backend.
 //   - DynamicQueryFunc: pg_catalog's query_to_xml, query_to_xmlschema,
-//     query_to_xml_and_xmlschema and ts_stat, which run a query given as
-//     text.
+//     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema,
+//     ts_stat and ts_rewrite(query, select), and the extension functions
+//     crosstab, crosstab2–4, connectby and xpath_table, which run a query
+//     given (or built) as text.
 //   - DynamicLanguage: a DO block or function body in any other language
 //     (plpython3u, plperl, pltcl, plv8, internal, c): opaque to us.
 //
@@ -69,11 +104,13 @@
 // the database (SELECT my_lock_helper(1) is invisible), nor by functions
 // reached through search_path tricks: an unqualified name is assumed to
 // resolve to pg_catalog, which is what PostgreSQL does unless pg_catalog is
-// placed explicitly after another schema in search_path. String bodies are
-// read with standard_conforming_strings on (the default since 9.1). Calls
-// inside a function body are reported when the function is created, not
-// when it runs: that is what a linter wants, and the driver treats a
-// CREATE FUNCTION with a session lock like the lock itself.
+// placed explicitly after another schema in search_path. At the top level
+// t.pg_advisory_lock is taken for a column: t can only be a table there,
+// whose row no advisory-lock function accepts unless someone created an
+// implicit cast from it. Calls inside a function body are reported when the
+// function is created, not when it runs: that is what a linter wants, and
+// the driver treats a CREATE FUNCTION with a session lock like the lock
+// itself.
 //
 // # Speed
 //
@@ -81,16 +118,25 @@
 // the bytes. Only a query that contains "advisory" (any case), "u&", a
 // backslash escape, one of the dynamic-SQL keywords, or a string constant
 // continued on the next line reaches the parser, and parse results are
-// kept in a bounded LRU cache keyed by query text.
+// kept in a bounded LRU cache keyed by query text and reading settings.
 // An ordinary query costs about as much as a substring search. Syntax
 // errors are therefore only reported for queries that pass the pre-filter;
 // a query that cannot contain a call is never parsed.
 //
+// # Nesting
+//
+// A statement nested more deeply than MaxNesting (4000 with cgo, 250 in the
+// WebAssembly build, whose stack is smaller) is not parsed: the error wraps
+// ErrTooComplex. With cgo, statements nested beyond a few hundred levels
+// are parsed on a thread with an 8 MB stack of the scanner's own, so the
+// limit holds on musl (Alpine), whose threads have 128 KiB, as on glibc.
+//
 // # Rewriting
 //
-// RewriteXact turns session-level locks and try-locks into the
-// transaction-level functions with the same arguments, by editing the
-// name spans only, and checks its own output by scanning it again. It
-// refuses (with an error) names it cannot rewrite by editing the span
-// alone, such as U&"..." names.
+// RewriteCalls (and RewriteEdits, for callers that place the edits
+// themselves) is the one rewriter: session-level locks and try-locks become
+// the transaction-level functions with the same arguments, by editing the
+// name token only, spelled as written; unlocks as RewriteOptions say; the
+// output is checked by scanning it again. RewriteXact is RewriteCalls on
+// what Scan finds, keeping unlocks.
 package lockscan

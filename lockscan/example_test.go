@@ -1,6 +1,7 @@
 package lockscan_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
@@ -57,4 +58,70 @@ func ExampleScanner() {
 	// 1 true 0
 	// 0 false 1
 	// prefiltered=1 misses=2 hits=1
+}
+
+// ScanWith reads a statement as the server will under the session's
+// settings, which a guard takes from ParameterStatus.
+func ExampleScanWith() {
+	q := `SELECT 'x\''; SELECT pg_advisory_lock(1); --'`
+	for _, scs := range []string{"on", "off"} {
+		r, err := lockscan.ScanWith(q, lockscan.Settings{StandardConformingStrings: scs})
+		fmt.Println(scs, len(r.Calls), err)
+	}
+	_, err := lockscan.ScanWith(q, lockscan.Settings{ClientEncoding: "SJIS"})
+	fmt.Println(errors.Is(err, lockscan.ErrUnsupportedSettings))
+	// Output:
+	// on 0 <nil>
+	// off 1 <nil>
+	// true
+}
+
+// Non-call references are findings too; Kind tells them apart.
+func ExampleKind() {
+	r, err := lockscan.Scan(`CREATE OPERATOR === (FUNCTION = pg_advisory_lock, RIGHTARG = bigint); SELECT (7::bigint).pg_try_advisory_lock`)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, c := range r.Calls {
+		fmt.Println(c.Func, c.Kind, c.Via)
+	}
+	// Output:
+	// pg_advisory_lock reference function
+	// pg_try_advisory_lock attribute
+}
+
+// A guard treats a statement that changes the reading settings in its own
+// text, and mentions a lock function, as unscannable.
+func ExampleChangesReadingSettings() {
+	fmt.Println(lockscan.ChangesReadingSettings("SET standard_conforming_strings = off; SELECT pg_advisory_lock(1)"))
+	fmt.Println(lockscan.ChangesReadingSettings("SET lock_timeout = '1s'; SELECT pg_advisory_lock(1)"))
+	// Output:
+	// true
+	// false
+}
+
+// RewriteCalls is the one rewriter: the driver inside a transaction
+// rewrites locks, the unlocks that follow them and pg_advisory_unlock_all.
+func ExampleRewriteCalls() {
+	q := `SELECT pg_advisory_lock($1); SELECT pg_advisory_unlock($1); SELECT pg_advisory_unlock_all()`
+	r, err := lockscan.Scan(q)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, err := lockscan.RewriteCalls(q, r.Calls, lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRewrite})
+	fmt.Println(out, err)
+	// Output:
+	// SELECT pg_advisory_xact_lock($1); SELECT pg_try_advisory_xact_lock($1); SELECT pg_sleep(0) <nil>
+}
+
+// Warm starts the parser ahead of the first statement that needs it (the
+// WebAssembly build compiles libpg_query, seconds of CPU).
+func ExampleWarm() {
+	go lockscan.Warm() // when the driver opens; Scan waits for it if needed
+	r, err := lockscan.Scan("SELECT pg_try_advisory_lock(1)")
+	fmt.Println(len(r.Calls), err)
+	// Output:
+	// 1 <nil>
 }

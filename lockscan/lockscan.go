@@ -235,7 +235,8 @@ type Stats struct {
 }
 
 // Scanner scans queries and caches the results of those it had to parse in
-// a bounded LRU cache keyed by query text. It is safe for concurrent use.
+// a bounded LRU cache keyed by query text and reading settings. It is safe
+// for concurrent use.
 type Scanner struct {
 	size int
 

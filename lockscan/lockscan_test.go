@@ -3,6 +3,7 @@ package lockscan
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,5 +209,71 @@ func TestRewriteXactSpellings(t *testing.T) {
 		if err != nil || out != tt.want {
 			t.Errorf("RewriteXact(%q) = %q, %v; want %q", tt.in, out, err, tt.want)
 		}
+	}
+}
+
+// TestRewriteCallsDriverRules: the rules the driver applies inside a
+// transaction behind a pooler, now in one place.
+func TestRewriteCallsDriverRules(t *testing.T) {
+	drv := RewriteOptions{Unlocks: UnlocksRewrite}
+	held := RewriteOptions{Unlocks: UnlocksRewrite, Held: true}
+	for _, tt := range []struct {
+		in   string
+		opts RewriteOptions
+		want string // "" means an error
+	}{
+		{`SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)`, drv, `SELECT pg_advisory_xact_lock(1); SELECT pg_try_advisory_xact_lock(1)`},
+		{`SELECT pg_advisory_unlock_shared(1)`, drv, ""},
+		{`SELECT pg_advisory_unlock_shared(1)`, held, `SELECT pg_try_advisory_xact_lock_shared(1)`},
+		{`SELECT pg_advisory_unlock_all()`, drv, `SELECT pg_sleep(0)`},
+		{`SELECT pg_catalog.pg_advisory_unlock_all( /* x */ )`, drv, `SELECT pg_catalog.pg_sleep(0 /* x */ )`},
+		{`SELECT pg_advisory_unlock_all(1)`, drv, ""},
+		{`SELECT pg_try_advisory_lock(1), pg_advisory_xact_lock(2)`, drv, `SELECT pg_try_advisory_xact_lock(1), pg_advisory_xact_lock(2)`},
+		{`SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)`, RewriteOptions{Unlocks: UnlocksRefuse}, ""},
+		{`SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)`, RewriteOptions{}, `SELECT pg_advisory_xact_lock(1); SELECT pg_advisory_unlock(1)`},
+		{`SELECT U&"pg_!0061dvisory_unlock" UESCAPE '!' (1)`, held, `SELECT pg_try_advisory_xact_lock (1)`},
+		{`SELECT 'x\''; SELECT pg_advisory_lock(1); --'`, RewriteOptions{Settings: scsOff}, `SELECT 'x\''; SELECT pg_advisory_xact_lock(1); --'`},
+		{`SELECT (1::bigint).pg_advisory_lock`, drv, ""},
+		{`SELECT 1`, drv, `SELECT 1`},
+	} {
+		r, err := NewScanner(-1).ScanWith(tt.in, tt.opts.Settings)
+		if err != nil {
+			t.Fatalf("scan %q: %v", tt.in, err)
+		}
+		out, err := RewriteCalls(tt.in, r.Calls, tt.opts)
+		switch {
+		case tt.want == "" && err == nil:
+			t.Errorf("RewriteCalls(%q, %+v) = %q, want an error", tt.in, tt.opts, out)
+		case tt.want == "":
+			var re *RewriteError
+			if !errors.As(err, &re) {
+				t.Errorf("RewriteCalls(%q): err %v is not a *RewriteError", tt.in, err)
+			}
+		case err != nil || out != tt.want:
+			t.Errorf("RewriteCalls(%q, %+v) = %q, %v; want %q", tt.in, tt.opts, out, err, tt.want)
+		}
+	}
+}
+
+// TestRewriteEditsSpans: the edits are in textual order, inside the query,
+// and applying them gives RewriteCalls' output.
+func TestRewriteEditsSpans(t *testing.T) {
+	q := `SELECT PG_ADVISORY_LOCK(1), "pg_try_advisory_lock_shared"(2); SELECT pg_advisory_unlock_all()`
+	r, err := Scan(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := RewriteOptions{Unlocks: UnlocksRewrite}
+	edits, err := RewriteEdits(q, r.Calls, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Edit{{7, 23, "PG_ADVISORY_XACT_LOCK"}, {28, 57, `"pg_try_advisory_xact_lock_shared"`}, {69, 91, "pg_sleep"}, {92, 92, "0"}}
+	if !slices.Equal(edits, want) {
+		t.Fatalf("edits %+v, want %+v", edits, want)
+	}
+	out, err := RewriteCalls(q, r.Calls, opts)
+	if err != nil || out != ApplyEdits(q, edits) {
+		t.Fatalf("RewriteCalls = %q, %v; ApplyEdits = %q", out, err, ApplyEdits(q, edits))
 	}
 }

@@ -120,7 +120,11 @@ func RewriteEdits(query string, calls []Call, opts RewriteOptions) ([]Edit, erro
 			}
 		}
 		if c.Kind != KindCall {
-			return nil, &RewriteError{Call: c, Reason: "named by " + c.Kind.String() + " " + c.Via + ", not called: only calls can be rewritten"}
+			how := "in attribute notation"
+			if c.Kind == KindReference {
+				how = "as a " + c.Via + " reference"
+			}
+			return nil, &RewriteError{Call: c, Reason: "named " + how + ", not called: only calls can be rewritten"}
 		}
 		if c.Op == OpUnlockAll {
 			e, ok := unlockAllEdits(query, c)

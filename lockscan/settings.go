@@ -211,3 +211,15 @@ func setConfigAt(s string, i int) bool {
 func isEscapeAnchor(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
 }
+
+// Warm prepares the parser so that the first statement that needs it does
+// not pay its start-up. Without cgo that is compiling the WebAssembly build
+// of libpg_query, seconds of CPU; with cgo it does nothing. A driver calls
+// it when it opens, in the background if it likes: Warm is idempotent and
+// safe for concurrent use, and a Scan that needs the parser while it warms
+// waits for it — it never answers without parsing.
+func Warm() { warm() }
+
+// Parser names the PostgreSQL parser this build uses: "pg_query_go (cgo)"
+// or "go-pgquery (WebAssembly, no cgo)".
+func Parser() string { return backendName }
