@@ -180,7 +180,7 @@ func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
 		return query, nil
 	}
 	res, err := c.c.g.scanner.Scan(query)
-	d := decide(query, res, err, policyInput{mode: c.mode, inTx: c.inTx, policy: c.c.cfg.policy, dynamic: c.c.cfg.dynamic,
+	d := decide(query, res, err, policyInput{mode: c.mode, assumed: c.evidence.Source == poolmode.SourceFallback, inTx: c.inTx, policy: c.c.cfg.policy, dynamic: c.c.cfg.dynamic,
 		tookKey: func(lockscan.Call) bool { return c.txRewrote }})
 	for _, w := range d.warnings {
 		c.warn(ctx, w.msg, query, w.attrs...)
@@ -202,7 +202,7 @@ func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
 
 // mayIntercept is the hot-path filter of the policy on the text.
 func (c *Conn) mayIntercept(query string) bool {
-	return c.c.g.mayIntercept(c.pooled, query)
+	return c.c.g.mayIntercept(query)
 }
 
 const maxLoggedQuery = 200

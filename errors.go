@@ -63,6 +63,9 @@ type SessionLockError struct {
 	InTx bool
 	// Twin is the transaction-level function to use instead ("" for unlocks).
 	Twin string
+	// Assumed reports that the pool mode was not known but assumed
+	// (transaction pooling, the fail-safe).
+	Assumed bool
 }
 
 // Error says what was refused, why, and what to do instead.
@@ -79,8 +82,8 @@ func (e *SessionLockError) Error() string {
 	if e.Policy == PolicyRewrite && !e.InTx {
 		extra = " (policy rewrite only rewrites inside a transaction: in autocommit a transaction-level lock is released when the statement ends)"
 	}
-	return fmt.Sprintf("pgadvisory: %s at position %d refused under %s pooling: %s; %s, or use advisory.WithXactLock%s",
-		e.Func, e.Position, e.Mode, why, instead, extra)
+	return fmt.Sprintf("pgadvisory: %s at position %d refused under %s: %s; %s, or use advisory.WithXactLock%s",
+		e.Func, e.Position, poolingPhrase(e.Mode, e.Assumed), why, instead, extra)
 }
 
 // Unwrap returns ErrSessionLock.
@@ -121,12 +124,14 @@ type DynamicSQLError struct {
 	Position int
 	// Mode is the pool mode of the connection.
 	Mode poolmode.Mode
+	// Assumed reports that the pool mode was assumed, not known.
+	Assumed bool
 }
 
 // Error says what was refused and how to allow it.
 func (e *DynamicSQLError) Error() string {
-	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) at position %d refused under %s pooling: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
-		e.Kind, e.Position, e.Mode)
+	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) at position %d refused under %s: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
+		e.Kind, e.Position, poolingPhrase(e.Mode, e.Assumed))
 }
 
 // Unwrap returns ErrDynamicSQL.
@@ -166,14 +171,15 @@ func (e *LeakedLockError) Unwrap() []error {
 // statement the lock scanner could not read behind transaction or
 // statement pooling. Unwrap yields ErrUnscannable and the scanner's error.
 type UnscannableError struct {
-	Query string
-	Mode  poolmode.Mode
-	Err   error // the scanner's error, e.g. a *lockscan.ParseError
+	Query   string
+	Mode    poolmode.Mode
+	Assumed bool  // the pool mode was assumed, not known
+	Err     error // the scanner's error, e.g. a *lockscan.ParseError
 }
 
 func (e *UnscannableError) Error() string {
-	return fmt.Sprintf("pgadvisory: statement refused under %s pooling: the lock scanner cannot read it (%v), so it could take a session-level advisory lock unseen; fix or simplify the statement",
-		e.Mode, e.Err)
+	return fmt.Sprintf("pgadvisory: statement refused under %s: the lock scanner cannot read it (%v), so it could take a session-level advisory lock unseen; fix or simplify the statement",
+		poolingPhrase(e.Mode, e.Assumed), e.Err)
 }
 
 // Unwrap returns ErrUnscannable and the scanner's error.

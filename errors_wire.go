@@ -37,6 +37,8 @@ type UnsafeStatementError struct {
 	Query string
 	// Mode is the pool mode of the connection.
 	Mode poolmode.Mode
+	// Assumed reports that the pool mode was assumed, not known.
+	Assumed bool
 }
 
 func (e *UnsafeStatementError) Error() string {
@@ -45,7 +47,7 @@ func (e *UnsafeStatementError) Error() string {
 		what = "reuse of the unnamed prepared statement from an earlier round trip (query exec mode describe_exec)"
 	}
 	return fmt.Sprintf("pgadvisory: %s refused under %s: prepared statements stay on a pooled server backend that other clients use; use query exec mode cache_describe, exec or simple_protocol, or declare that the pooler handles prepared statements with pgadvisory_prepared_statements=true (PgBouncer >= 1.21 with max_prepared_statements)",
-		what, poolingPhrase(e.Mode))
+		what, poolingPhrase(e.Mode, e.Assumed))
 }
 
 // Unwrap returns ErrUnsafeExecMode.
@@ -174,7 +176,13 @@ func Refusal(err error) error {
 }
 
 // poolingPhrase names the mode in a message, saying when it was assumed.
-func poolingPhrase(m poolmode.Mode) string {
+func poolingPhrase(m poolmode.Mode, assumed bool) string {
+	if assumed {
+		return m.String() + " pooling (" + assumedNote + ")"
+	}
+	if m == poolmode.Direct {
+		return "a direct connection"
+	}
 	return m.String() + " pooling"
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +22,6 @@ import (
 type guard struct {
 	cfg          config
 	scanner      *lockscan.Scanner
-	scanAll      bool // behind pooling every text goes through the scanner's own pre-filter (dynamic SQL too)
 	explicitExec bool // the user chose the query exec mode
 	execMode     pgx.QueryExecMode
 	database     string
@@ -30,6 +30,9 @@ type guard struct {
 	// statementPooling is set once the pooler refused a transaction as
 	// only statement pooling does: detection then concludes Statement.
 	statementPooling atomic.Bool
+
+	admin       adminProbe // the admin console's answer, shared
+	warnAssumed sync.Once  // the "pool mode unknown" line, once
 }
 
 // statementPoolingRefusal is PgBouncer's message for a transaction behind
@@ -37,19 +40,13 @@ type guard struct {
 const statementPoolingRefusal = "transaction blocks not allowed in statement pooling mode"
 
 func newGuard(cfg config) *guard {
-	return &guard{
-		cfg:     cfg,
-		scanner: lockscan.NewScanner(cacheSizeArg(cfg.scanCacheSize)),
-		scanAll: cfg.dynamic != DynamicAllow && cfg.policy != PolicyAllow,
-	}
+	return &guard{cfg: cfg, scanner: lockscan.NewScanner(cacheSizeArg(cfg.scanCacheSize))}
 }
 
 // mayIntercept is the hot-path filter: false means the text cannot hold
-// anything the policy acts on.
-func (g *guard) mayIntercept(pooled bool, text string) bool {
-	if pooled && g.scanAll {
-		return true // Scanner.Scan pre-filters calls and dynamic SQL without allocating
-	}
+// anything the policy acts on (a lock function's name in any spelling, or
+// a dynamic-SQL construct) — the scanner's own pre-filter.
+func (g *guard) mayIntercept(text string) bool {
 	return lockscan.MayContainCall(text)
 }
 
@@ -153,6 +150,14 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	if err := c.buildAdmin(cfg.Host, cfg.Port); err != nil {
 		return nil, err
 	}
+	if c.admin != nil && c.adminDSN == "" && cfg.TLSConfig != nil {
+		// The admin console is the same PgBouncer: talk to it as securely
+		// as the connection string does.
+		c.admin.TLSConfig = cfg.TLSConfig.Clone()
+		if c.adminHost != cfg.Host {
+			c.admin.TLSConfig.ServerName = c.adminHost
+		}
+	}
 	g := newGuard(c)
 	g.database, g.user = cfg.Database, cfg.User
 	g.explicitExec = explicitExecMode(cfg)
@@ -244,31 +249,6 @@ func (g *guard) chooseExecMode(cfg *pgx.ConnConfig) error {
 	return nil
 }
 
-// detect works out the pool mode of a new physical connection.
-func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
-	gc, ok := pc.Conn().(*guardConn)
-	if !ok {
-		return fmt.Errorf("pgadvisory: the connection is %T, not the guard's: another AfterNetConnect replaced it", pc.Conn())
-	}
-	if g.cfg.declared != poolmode.Unknown {
-		return nil
-	}
-	m, ev, err := poolmode.Detect(ctx, pc, poolmode.DetectOptions{Admin: g.cfg.admin, Logger: g.cfg.logger, Database: g.database, User: g.user})
-	if err != nil {
-		return fmt.Errorf("pgadvisory: detect pool mode: %w", err)
-	}
-	if m != poolmode.Direct && g.statementPooling.Load() {
-		m, ev.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
-	}
-	gc.setMode(m, ev)
-	if !m.SessionLocksSafe() && !g.cfg.preparedOK && !safeExecMode(g.execMode) {
-		// The exec mode the user chose would fail (or return another
-		// client's rows) on this connection: say so now.
-		return &UnsafeExecModeError{Mode: m, ExecMode: g.execMode}
-	}
-	return nil
-}
-
 // UnsafeExecModeError refuses a query exec mode the user chose that cannot
 // work behind the connection's pooler.
 type UnsafeExecModeError struct {
@@ -278,7 +258,7 @@ type UnsafeExecModeError struct {
 
 func (e *UnsafeExecModeError) Error() string {
 	return fmt.Sprintf("pgadvisory: default_query_exec_mode=%v behind %s leaves prepared statements on shared server backends (measured: errors 42P05/26000, or another client's rows); use cache_describe, exec or simple_protocol, or declare that the pooler handles prepared statements with pgadvisory_prepared_statements=true (PgBouncer >= 1.21 with max_prepared_statements)",
-		execModeName(e.ExecMode), poolingPhrase(e.Mode))
+		execModeName(e.ExecMode), poolingPhrase(e.Mode, false))
 }
 
 // Unwrap returns ErrUnsafeExecMode.

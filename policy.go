@@ -12,6 +12,7 @@ import (
 // explicit transaction, and the connection's settings.
 type policyInput struct {
 	mode    poolmode.Mode
+	assumed bool // mode is the fail-safe, not known
 	inTx    bool
 	policy  Policy
 	dynamic DynamicPolicy
@@ -58,7 +59,7 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 			d.warnings = append(d.warnings, notice{"pgadvisory: statement the lock scanner cannot read sent behind " + in.mode.String() + " pooling (policy warn)",
 				[]slog.Attr{slog.String("error", scanErr.Error())}})
 		default:
-			d.err = &UnscannableError{Query: query, Mode: in.mode, Err: scanErr}
+			d.err = &UnscannableError{Query: query, Mode: in.mode, Assumed: in.assumed, Err: scanErr}
 		}
 		return d
 	}
@@ -72,7 +73,7 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 	for _, dy := range res.Dynamic {
 		switch in.dynamic {
 		case DynamicReject:
-			d.err = &DynamicSQLError{Kind: dy.Kind, Query: query, Position: dy.Start + 1, Mode: in.mode}
+			d.err = &DynamicSQLError{Kind: dy.Kind, Query: query, Position: dy.Start + 1, Mode: in.mode, Assumed: in.assumed}
 			return d
 		case DynamicWarn:
 			d.warnings = append(d.warnings, notice{"pgadvisory: statement holds dynamic SQL that may take an advisory lock the scanner cannot see; sent as is",
@@ -80,7 +81,7 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 		}
 	}
 	refuse := func(call lockscan.Call) decision {
-		return decision{err: &SessionLockError{Func: call.Func, Query: query, Position: call.Start + 1, Mode: in.mode, Policy: in.policy, InTx: in.inTx, Twin: call.XactTwin()}}
+		return decision{err: &SessionLockError{Func: call.Func, Query: query, Position: call.Start + 1, Mode: in.mode, Policy: in.policy, InTx: in.inTx, Twin: call.XactTwin(), Assumed: in.assumed}}
 	}
 	for _, call := range res.Calls {
 		if call.Kind != lockscan.KindCall && call.Kind != lockscan.KindAttribute && call.Scope == lockscan.ScopeSession {

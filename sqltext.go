@@ -175,20 +175,21 @@ const (
 
 func transactionEffect(sql string) txEffect {
 	w, rest := firstWord(sql)
-	switch strings.ToLower(w) {
-	case "begin":
+	switch {
+	case len(w) < 3 || len(w) > 8:
+		return txNoEffect
+	case strings.EqualFold(w, "begin"):
 		return txOpens
-	case "start":
+	case strings.EqualFold(w, "start"):
 		if w2, _ := firstWord(rest); strings.EqualFold(w2, "transaction") {
 			return txOpens
 		}
-	case "commit", "end", "rollback", "abort":
-		l := strings.ToLower(rest)
-		if strings.Contains(l, "chain") && !strings.Contains(l, "no chain") || strings.HasPrefix(strings.TrimLeft(l, " \t\r\n"), "to") {
+	case strings.EqualFold(w, "commit"), strings.EqualFold(w, "end"), strings.EqualFold(w, "rollback"), strings.EqualFold(w, "abort"):
+		if containsFold(rest, "chain") && !containsFold(rest, "no chain") || containsFold(rest, "prepared") {
 			return txNoEffect
 		}
-		if strings.Contains(l, "prepared") {
-			return txNoEffect
+		if w2, _ := firstWord(rest); strings.EqualFold(w2, "to") {
+			return txNoEffect // ROLLBACK TO SAVEPOINT
 		}
 		return txCloses
 	}

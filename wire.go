@@ -209,10 +209,17 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
-	if _, err := out.WriteTo(c.Conn); err != nil {
+	if err := writeBuffers(c.Conn, out); err != nil {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// writeBuffers writes bufs (net.Buffers.WriteTo: one writev on a TCP
+// connection). Kept out of Write so that only this slow path allocates.
+func writeBuffers(w net.Conn, bufs net.Buffers) error {
+	_, err := bufs.WriteTo(w)
+	return err
 }
 
 // frontend examines data. It returns nil when data goes out as is, or the
@@ -289,10 +296,10 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			repl = []byte{}
 		case c.pendingBegin != "" && t == 'X':
 			c.pendingBegin = ""
-		case c.pendingBegin != "" && t == 'Q' && transactionEffect(string(data[5:end-1])) == txCloses && isLoneStatement(data[5:end-1]):
+		case c.pendingBegin != "" && t == 'Q' && transactionEffect(bytesView(data[5:end-1])) == txCloses && isLoneStatement(data[5:end-1]):
 			// A transaction that ran nothing: COMMIT or ROLLBACK here too.
 			tag := "COMMIT"
-			if w, _ := firstWord(string(data[5 : end-1])); !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") {
+			if w, _ := firstWord(bytesView(data[5 : end-1])); !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") {
 				tag = "ROLLBACK"
 			}
 			c.pendingBegin = ""
@@ -359,9 +366,9 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		} else if c.pooled() && !c.g.cfg.preparedOK {
 			return c.refuse(t, c.unsafeStatement(name, text)), nil
 		}
-		var bind *bindMsg
+		var bind []byte
 		if len(after) > 0 && after[0] == 'B' {
-			bind = parseBind(after)
+			bind = after
 		}
 		return c.statement(t, text, body[len(name)+1+len(text)+1:], bind), nil
 	case 'B':
@@ -396,9 +403,9 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 
 // statement applies the policy to one Query or Parse text and returns the
 // bytes to send instead of the message, or nil. For a Parse, paramTypes is
-// the rest of its body (the parameter type list) and bind the Bind written
-// right after it, if any.
-func (c *guardConn) statement(t byte, text string, paramTypes []byte, bind *bindMsg) []byte {
+// the rest of its body (the parameter type list) and bind the bytes from
+// the Bind written right after it, if any.
+func (c *guardConn) statement(t byte, text string, paramTypes []byte, bindBytes []byte) []byte {
 	switch transactionEffect(text) {
 	case txOpens:
 		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite) {
@@ -408,19 +415,22 @@ func (c *guardConn) statement(t byte, text string, paramTypes []byte, bind *bind
 	case txCloses:
 		defer func() { c.predicted = 'I'; c.taken = nil }()
 	}
-	pooled := c.pooled()
 	if c.changesReading(text) {
 		// standard_conforming_strings or client_encoding may change: until
 		// the server has answered (ParameterStatus), later text is read
 		// under settings the guard does not know yet.
 		defer func() { c.settingsInFlux = true }()
 		if lockscan.MayContainCall(text) && readLater(text) {
-			return c.decideScan(t, text, paramTypes, bind, lockscan.Result{}, errSettingsChange)
+			return c.decideScan(t, strings.Clone(text), paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
 		}
 	}
-	if !c.g.mayIntercept(pooled, text) {
+	if !c.g.mayIntercept(text) {
 		return nil
 	}
+	// The scanner's cache and the errors keep the text: copy it out of the
+	// message buffer.
+	text = strings.Clone(text)
+	bind := parseBind(bindBytes)
 	var (
 		r   lockscan.Result
 		err error
@@ -443,7 +453,7 @@ var errSettingsChange = fmt.Errorf("the statement is read while standard_conform
 // decideScan applies the policy to the scan of one statement text and
 // returns the bytes to send instead of its message, or nil. c.mu held.
 func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
-	in := policyInput{mode: c.mode, inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
+	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
 		tookKey: func(call lockscan.Call) bool {
 			k, ok := argKey(text, call, bind)
 			return ok && c.taken[k] > 0
@@ -478,6 +488,12 @@ func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bin
 	return encodeMessage('P', []byte{0}, []byte(edited), []byte{0}, paramTypes)
 }
 
+// assumed reports that the connection's pool mode is the fail-safe, not
+// known. c.mu held.
+func (c *guardConn) assumed() bool {
+	return !c.modeKnown || c.evidence.Source == poolmode.SourceFallback
+}
+
 // pooled reports whether session locks are unsafe on this connection
 // (transaction or statement pooling, or a mode not known yet). c.mu held.
 func (c *guardConn) pooled() bool { return !c.mode.SessionLocksSafe() }
@@ -485,7 +501,7 @@ func (c *guardConn) pooled() bool { return !c.mode.SessionLocksSafe() }
 // unsafeStatement is the error for a named prepared statement (or an
 // unnamed one from an earlier unit) behind transaction or statement pooling.
 func (c *guardConn) unsafeStatement(name, text string) error {
-	return &UnsafeStatementError{Name: name, Query: text, Mode: c.mode}
+	return &UnsafeStatementError{Name: strings.Clone(name), Query: strings.Clone(text), Mode: c.mode, Assumed: c.assumed()}
 }
 
 // refuse records err and returns the message to send in place of the
@@ -526,13 +542,14 @@ func encodeMessage(t byte, parts ...[]byte) []byte {
 	return b
 }
 
-// cstring returns the NUL-terminated string at the start of b.
+// cstring returns the NUL-terminated string at the start of b, as a view
+// of b's bytes (no copy): it must not outlive the message unless cloned.
 func cstring(b []byte) (string, bool) {
 	i := bytes.IndexByte(b, 0)
 	if i < 0 {
 		return "", false
 	}
-	return string(b[:i]), true
+	return unsafe.String(unsafe.SliceData(b), i), true
 }
 
 // bindMsg is the part of a Bind message the rewrite needs: the parameter
@@ -808,6 +825,7 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 		k, ok := cstring(body)
 		if ok {
 			if v, ok := cstring(body[len(k)+1:]); ok {
+				v = strings.Clone(v)
 				switch k {
 				case "standard_conforming_strings":
 					c.reading.StandardConformingStrings = normalizeDefault(v, "on")
@@ -838,7 +856,7 @@ func (c *guardConn) mayDeferBegin(q []byte) bool {
 		c.pendingBegin != "" || c.localAbort || c.begin.active || len(c.local) > 0 {
 		return false
 	}
-	text := string(q)
+	text := unsafe.String(unsafe.SliceData(q), len(q))
 	return transactionEffect(text) == txOpens && isLoneStatement(q) && !bytes.ContainsAny(q, "'\"$-/")
 }
 
@@ -883,7 +901,7 @@ func (c *guardConn) answer(parts ...[]byte) {
 func (c *guardConn) answerAborted(t byte, msg []byte) {
 	switch t {
 	case 'Q':
-		if transactionEffect(string(msg[5:len(msg)-1])) == txCloses {
+		if transactionEffect(bytesView(msg[5:len(msg)-1])) == txCloses {
 			c.localAbort = false
 			c.unit = unitState{}
 			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
@@ -1074,3 +1092,6 @@ func containsFold(s, sub string) bool {
 	}
 	return false
 }
+
+// bytesView is b as a string without a copy, for reading only while b is.
+func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

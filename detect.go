@@ -1,0 +1,132 @@
+package pgadvisory
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// adminAnswerTTL is how long the admin console's answer serves new
+// physical connections: concurrent first connections share one probe, and
+// a pooler's pool mode is asked again after this long.
+const adminAnswerTTL = 30 * time.Second
+
+// adminProbe is the admin console's answer, shared by a guard's
+// connections.
+type adminProbe struct {
+	mu       sync.Mutex
+	inflight chan struct{} // closed when the probe in flight ends
+	at       time.Time
+	mode     poolmode.Mode
+	version  string
+	poolMode string
+	err      error
+	probes   int // probes made (tests)
+}
+
+// ask returns the admin console's answer, asking it at most once per
+// adminAnswerTTL however many connections want it at once.
+func (a *adminProbe) ask(ctx context.Context, admin *pgconn.Config, database, user string) (poolmode.Mode, string, string, error) {
+	for {
+		a.mu.Lock()
+		if !a.at.IsZero() && time.Since(a.at) < adminAnswerTTL {
+			defer a.mu.Unlock()
+			return a.mode, a.version, a.poolMode, a.err
+		}
+		if wait := a.inflight; wait != nil {
+			a.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return poolmode.Unknown, "", "", ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		a.inflight = done
+		a.probes++
+		a.mu.Unlock()
+
+		m, version, poolMode, err := poolmode.AskAdmin(ctx, admin, database, user)
+
+		a.mu.Lock()
+		a.inflight = nil
+		if ctx.Err() == nil { // a probe cut short by its caller answers nobody else
+			a.at, a.mode, a.version, a.poolMode, a.err = time.Now(), m, version, poolMode, err
+		}
+		a.mu.Unlock()
+		close(done)
+		return m, version, poolMode, err
+	}
+}
+
+var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// detect works out the pool mode of a new physical connection (pgconn's
+// AfterConnect): declared; or, with one simple-protocol round trip, the
+// BackendKeyData PID against pg_backend_pid() (equal: direct); behind a
+// pooler, the admin console's answer when credentials are given (one probe
+// shared by concurrent connections); else transaction pooling, assumed. A
+// declared direct connection that a pooler answers is an error.
+func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
+	gc, ok := pc.Conn().(*guardConn)
+	if !ok {
+		return fmt.Errorf("pgadvisory: the connection is %T, not the guard's: another AfterNetConnect replaced it", pc.Conn())
+	}
+	switch g.cfg.declared {
+	case poolmode.Unknown:
+	case poolmode.Direct:
+		pid, err := poolmode.ServerPID(ctx, pc)
+		if err != nil {
+			return fmt.Errorf("pgadvisory: check declared pool mode direct: %w", err)
+		}
+		if pid != pc.PID() {
+			return fmt.Errorf("pgadvisory: pool mode declared direct, but a connection pooler answers (BackendKeyData PID %d, server PID %d): session-level locks would leak; declare pgadvisory_pool_mode=session|transaction|statement, or leave it to detection", pc.PID(), pid)
+		}
+		return nil
+	default:
+		return nil
+	}
+	m, ev, err := poolmode.Detect(ctx, pc, poolmode.DetectOptions{Logger: discardLogger, Database: g.database, User: g.user})
+	if err != nil {
+		return fmt.Errorf("pgadvisory: detect pool mode: %w", err)
+	}
+	if ev.PoolerSuspected && g.cfg.admin != nil {
+		am, version, poolMode, aerr := g.admin.ask(ctx, g.cfg.admin, g.database, g.user)
+		ev.PgBouncerVersion, ev.AdminPoolMode = version, poolMode
+		if aerr == nil {
+			m, ev.Source = am, poolmode.SourceAdminConsole
+		} else {
+			ev.AdminError = aerr.Error()
+		}
+	}
+	if m != poolmode.Direct && g.statementPooling.Load() {
+		m, ev.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
+	}
+	if ev.Source == poolmode.SourceFallback {
+		g.warnAssumed.Do(func() {
+			attrs := []slog.Attr{slog.Uint64("backend_key_pid", uint64(ev.BackendKeyPID)), slog.Uint64("server_pid", uint64(ev.ServerPID))}
+			if ev.AdminError != "" {
+				attrs = append(attrs, slog.String("admin_error", ev.AdminError))
+			}
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection pooler answers this connection; "+assumedNote+" (logged once per configuration)", attrs...)
+		})
+	}
+	gc.setMode(m, ev)
+	if !m.SessionLocksSafe() && !g.cfg.preparedOK && !safeExecMode(g.execMode) {
+		// The exec mode the user chose would fail (or return another
+		// client's rows) on this connection: say so now.
+		return &UnsafeExecModeError{Mode: m, ExecMode: g.execMode}
+	}
+	return nil
+}
+
+// assumedNote says what an assumed pool mode means and how to declare it.
+const assumedNote = "pool mode unknown, assumed transaction pooling (session-level advisory locks are refused); declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"

@@ -1,0 +1,108 @@
+package pgadvisory_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// TestIntegrationGuardDetect: the pool mode is worked out per physical
+// connection; concurrent first connections share one admin-console probe;
+// a declared direct that a pooler answers is an error; an assumed mode says
+// so in its errors.
+func TestIntegrationGuardDetect(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+
+	t.Run("admin-console-shared", func(t *testing.T) {
+		dsn := withParams(t, c.WideDSN(pgbouncer.Session), adminParams(c)...)
+		cfg, err := pgadvisory.ParsePoolConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 4
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var (
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			conns []*pgxpool.Conn
+		)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				conn, err := pool.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				conns = append(conns, conn)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if len(conns) != 4 {
+			t.Fatalf("%d connections", len(conns))
+		}
+		for _, conn := range conns {
+			m, ev, _ := pgadvisory.ConnPoolMode(conn.Conn())
+			if m != poolmode.Session || ev.Source != poolmode.SourceAdminConsole {
+				t.Errorf("mode %v from %v, want session from the admin console", m, ev.Source)
+			}
+		}
+		if n := pgadvisory.AdminProbes(conns[0].Conn()); n != 1 {
+			t.Errorf("%d admin-console probes for 4 concurrent connections, want 1", n)
+		}
+		for _, conn := range conns {
+			conn.Release()
+		}
+	})
+
+	t.Run("declared-direct-behind-a-pooler", func(t *testing.T) {
+		cfg, err := pgadvisory.ParseConfig(withParams(t, c.DSN(pgbouncer.Transaction), pgadvisory.ParamPoolMode, "direct"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			conn.Close(ctx)
+			t.Fatal("connected; want an error: a pooler answers a connection declared direct")
+		}
+		if !strings.Contains(err.Error(), "declared direct") {
+			t.Fatalf("error %v does not say the declaration is wrong", err)
+		}
+	})
+
+	t.Run("assumed", func(t *testing.T) {
+		pool := guardedPool(t, c.DSN(pgbouncer.Transaction))
+		_, err := pool.Exec(ctx, "SELECT pg_advisory_lock(7501)")
+		wantRefusal(t, err, pgadvisory.ErrSessionLock)
+		if !strings.Contains(err.Error(), "pool mode unknown, assumed transaction pooling") || !strings.Contains(err.Error(), "pgadvisory_pool_mode") {
+			t.Fatalf("error %q does not say the mode was assumed and how to declare it", err)
+		}
+	})
+
+	t.Run("direct", func(t *testing.T) {
+		pool := guardedPool(t, c.DirectDSN())
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if m, ev, _ := pgadvisory.ConnPoolMode(conn.Conn()); m != poolmode.Direct || ev.Source != poolmode.SourceBackendPID {
+			t.Fatalf("mode %v from %v, want direct from the backend PID", m, ev.Source)
+		}
+	})
+}
