@@ -14,7 +14,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -487,28 +486,19 @@ func testTLSCopyFromAndCancel(t *testing.T, bouncer string) {
 	}
 }
 
-// tlsStrictEnv makes testTLSAdminProbe fail instead of skip on the known
-// bug it documents.
-const tlsStrictEnv = "PGADVISORY_TLS_STRICT"
-
 // testTLSAdminProbe: with admin credentials and an application DSN that
 // requires TLS, pool-mode detection asks PgBouncer's admin console. The
 // admin connection must be as protected as the application's: it carries
 // the admin password to the same PgBouncer. Behind a PgBouncer that
 // requires TLS (client_tls_sslmode=require) a plaintext probe is refused
-// and detection falls back to "assumed transaction pooling".
+// and detection would fall back to "assumed transaction pooling"; the probe
+// built from pgadvisory_admin_user/_password therefore speaks TLS as the
+// application's connection string does. WithAdminConsole (an admin DSN
+// with its own sslmode) works too.
 //
-// KNOWN BUG (options.go, config.buildAdmin): the admin config built from
-// pgadvisory_admin_user/_password is "... sslmode=disable" whatever the
-// application DSN's sslmode is, so the probe never uses TLS: behind
-// client_tls_sslmode=require it fails (fallback), behind allow it sends
-// the admin login in plaintext although the DSN said sslmode=require.
-// WithAdminConsole (pgadvisory_admin_dsn) with its own sslmode works and is
-// checked first. Set PGADVISORY_TLS_STRICT=1 to make this test fail until
-// the bug is fixed.
 func testTLSAdminProbe(t *testing.T, c *pgbouncer.Cluster) {
 	ctx := t.Context()
-	// The workaround works: an explicit admin DSN with its own sslmode.
+	// An explicit admin DSN with its own sslmode.
 	explicit := guardedPool(t, withParams(t, c.DSN(pgbouncer.Transaction), "sslmode", "require"), tlsLogger(t),
 		pgadvisory.WithAdminConsole(withParams(t, c.AdminDSN(pgbouncer.Transaction), "sslmode", "verify-full", "sslrootcert", c.CAFile())))
 	ec, err := explicit.Acquire(ctx)
@@ -537,11 +527,6 @@ func testTLSAdminProbe(t *testing.T, c *pgbouncer.Cluster) {
 		t.Fatalf("pool mode %v, want transaction (fallback or admin console)", m)
 	}
 	if ev.Source != poolmode.SourceAdminConsole {
-		msg := "KNOWN BUG: the admin-console probe ignores the DSN's sslmode (buildAdmin hard-codes sslmode=disable): " +
-			"behind PgBouncer with client_tls_sslmode=require it is refused and detection falls back; evidence: " + ev.String()
-		if v := os.Getenv(tlsStrictEnv); v != "" && v != "0" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + " (set " + tlsStrictEnv + "=1 to fail)")
+		t.Fatalf("the admin-console probe did not answer behind a PgBouncer that requires TLS; evidence: %v", ev)
 	}
 }
