@@ -8,13 +8,9 @@ import (
 	"runtime"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
 )
-
-// pgconnCommandTag keeps Execer's signature readable.
-type pgconnCommandTag = pgconn.CommandTag
 
 var (
 	_ bridge.Tx    = pgxTx{}

@@ -40,6 +40,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
@@ -53,7 +54,7 @@ type Beginner interface {
 
 // Execer runs a statement. *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Execer interface {
-	Exec(ctx context.Context, sql string, arguments ...any) (pgconnCommandTag, error)
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }
 
 // lockCore is the part of advisory's lock logic these helpers call (see
