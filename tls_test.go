@@ -495,7 +495,6 @@ func testTLSCopyFromAndCancel(t *testing.T, bouncer string) {
 // built from pgadvisory_admin_user/_password therefore speaks TLS as the
 // application's connection string does. WithAdminConsole (an admin DSN
 // with its own sslmode) works too.
-//
 func testTLSAdminProbe(t *testing.T, c *pgbouncer.Cluster) {
 	ctx := t.Context()
 	// An explicit admin DSN with its own sslmode.

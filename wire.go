@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -115,6 +116,12 @@ type guardConn struct {
 	localAbort   bool         // that BEGIN failed: the client's transaction is aborted here
 	local        []localReply // replies the guard makes itself, in order
 	swallow      atomic.Int32 // >0: the reader must look at every message (begin in flight)
+
+	// A Read blocked in the network while the writer queues a local reply
+	// is woken by a past read deadline; the caller's deadline is restored.
+	inRead       bool
+	interrupted  bool
+	readDeadline time.Time // the caller's
 
 	// Read side (held while reading).
 	rmu     sync.Mutex
@@ -668,7 +675,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		if c.localDue() {
 			continue
 		}
-		n, err := c.Conn.Read(p)
+		n, err := c.networkRead(p)
 		d, perr := c.backend(p[:n], true)
 		if perr != nil {
 			return 0, perr
@@ -687,6 +694,44 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			return d, nil
 		}
 	}
+}
+
+// networkRead reads from the wrapped connection; a wake-up for a local
+// reply (see answer) reads as zero bytes and no error.
+func (c *guardConn) networkRead(p []byte) (int, error) {
+	c.mu.Lock()
+	c.inRead = true
+	c.mu.Unlock()
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inRead = false
+	if c.interrupted {
+		c.interrupted = false
+		c.Conn.SetReadDeadline(c.readDeadline)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && (c.readDeadline.IsZero() || c.readDeadline.After(time.Now())) {
+			err = nil
+		}
+	}
+	return n, err
+}
+
+// SetDeadline sets the wrapped connection's deadlines and remembers the
+// read deadline (pgx cancels a query by setting a past one).
+func (c *guardConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+// SetReadDeadline sets and remembers the read deadline.
+func (c *guardConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
 }
 
 // localDue moves local replies that are due (the server owes nothing
@@ -892,6 +937,11 @@ func (c *guardConn) answer(parts ...[]byte) {
 		b = append(b, p...)
 	}
 	c.local = append(c.local, localReply{after: c.sent, b: b})
+	if c.inRead && !c.interrupted && c.local[0].after <= c.recv {
+		// A Read is blocked in the network: wake it up for this reply.
+		c.interrupted = true
+		c.Conn.SetReadDeadline(time.Now())
+	}
 }
 
 // answerAborted answers one message of a transaction whose deferred BEGIN
