@@ -1,6 +1,7 @@
-// Package pgadvisory is a database/sql driver, registered as "pgadvisory",
-// that wraps pgx's stdlib driver and keeps PostgreSQL advisory locks from
-// leaking through connection poolers.
+// Package pgadvisory keeps PostgreSQL advisory locks from leaking through
+// connection poolers, for every pgx API: a guard on the PostgreSQL protocol
+// stream of each pgx connection, and a database/sql driver, registered as
+// "pgadvisory", that is pgx's stdlib over that guard.
 //
 // # The problem
 //
@@ -14,7 +15,14 @@
 //
 // # Use
 //
-// Change the driver name; everything else stays as with pgx's stdlib:
+// With pgx, configure the guard on the config:
+//
+//	cfg, err := pgadvisory.ParsePoolConfig("postgres://app@pgbouncer:6432/app")
+//	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+//
+// (ParseConfig and ConfigureConn for pgx.ConnectConfig and stdlib.OpenDB,
+// ConfigurePool for a pgxpool.Config you built). With database/sql, change
+// the driver name:
 //
 //	db, err := sql.Open("pgadvisory", "postgres://app@pgbouncer:6432/app")
 //
@@ -23,89 +31,95 @@
 //	c, err := pgadvisory.NewConnector(dsn, pgadvisory.WithPolicy(pgadvisory.PolicyRewrite))
 //	db := sql.OpenDB(c)
 //
-// Wrap puts the checks in front of any other database/sql connector (for
-// example go-sqlmock in tests).
+// Wrap puts the checks, on the SQL text, in front of any other database/sql
+// connector (for example go-sqlmock in tests).
 //
-// # What happens to a statement
+// # The guard
 //
-// Every statement text (Exec, Query, Prepare, and executions of prepared
-// statements) goes through package lockscan. A text that cannot contain an
-// advisory-lock call (lockscan.MayContainCall, about the cost of a substring
-// search) goes straight to pgx with no extra allocation. Otherwise the
-// policy for the connection's pool mode applies:
+// ConfigureConn installs pgconn's AfterNetConnect: every new network
+// connection, after TLS, is wrapped, so every message of every pgx API goes
+// through one place in plaintext. The guard frames frontend and backend
+// messages in place and looks at the text of each Query and Parse. A text
+// that cannot name an advisory-lock function (lockscan.MayContainCall,
+// about the cost of a substring search) goes out in pgx's own buffer with no
+// allocation. Otherwise the policy for the connection's pool mode applies:
 //
 //   - Direct and session mode: lock calls pass. The connection remembers
-//     that a session-level lock function ran; when database/sql reuses it
-//     (ResetSession), the driver asks pg_locks whether the backend still
-//     holds advisory locks, reports it (WithErrorHook, slog) and releases
-//     them or discards the connection (WithLeakAction). Connections that never
-//     took a session lock pay nothing.
+//     that a session-level lock function ran; when it goes back to its pool
+//     (pgxpool's AfterRelease with ConfigurePool, database/sql's
+//     ResetSession), pg_locks is asked whether the backend still holds
+//     advisory locks, which are reported (WithErrorHook, slog) and released,
+//     or the connection discarded (WithLeakAction).
 //   - Transaction and statement mode, session-level call (lock, try-lock,
-//     unlock, unlock_all): policy reject (default) returns a
-//     *SessionLockError (errors.Is(err, ErrSessionLock)) and sends nothing.
-//     Policy rewrite, inside a transaction begun with BeginTx, rewrites
-//     pg_advisory_lock → pg_advisory_xact_lock (and the try/shared variants);
-//     an unlock after such a rewrite becomes pg_try_advisory_xact_lock on the
-//     same arguments, which returns true because the transaction already holds
-//     the lock (the lock is really released at COMMIT or ROLLBACK);
-//     pg_advisory_unlock_all() becomes pg_sleep(0). Outside a transaction
-//     rewrite rejects, because an xact lock in autocommit ends with its
-//     statement. Policy warn logs and sends; allow sends.
-//   - Statement mode: BeginTx and transaction-level lock calls are refused
-//     with a *StatementPoolingError (policies reject and rewrite).
+//     unlock, unlock_all, or the function named outside a call): policy
+//     reject (default) refuses it. The refused message is replaced by a text
+//     the server rejects at parse time, so nothing of its unit runs (an
+//     implicit transaction is rolled back, an explicit one is left aborted),
+//     and the server's error is replaced by pgadvisory's: SQLSTATE PA001 with
+//     the *SessionLockError's text. pgx returns it as *pgconn.PgError;
+//     Refusal(err) gives back the typed error for errors.Is and errors.As.
+//     Policy rewrite, inside a transaction, edits pg_advisory_lock into
+//     pg_advisory_xact_lock (and the try/shared variants); an unlock of a key
+//     the transaction took that way returns true (the lock ends at COMMIT or
+//     ROLLBACK), of any other key false; pg_advisory_unlock_all() does
+//     nothing. Outside a transaction, or inside a function body or DO block,
+//     rewrite refuses. Policy warn logs and sends; allow sends.
+//   - Statement mode: transactions and transaction-level lock calls are
+//     refused (PA002, *StatementPoolingError) under reject and rewrite.
 //   - Dynamic SQL the scanner cannot see into (EXECUTE in PL/pgSQL, dblink,
-//     other languages) behind transaction or statement pooling follows the
-//     dynamic policy: warn (default), reject, allow.
+//     query_to_xml, ts_rewrite, other languages) behind transaction or
+//     statement pooling follows the dynamic policy: warn (default), reject
+//     (PA003), allow.
+//   - A statement that may name a lock function but that the scanner cannot
+//     read (nested deeper than lockscan.MaxNesting, not valid SQL, or read
+//     under a client_encoding such as SJIS) is refused (PA004,
+//     *UnscannableError) under reject and rewrite.
+//
+// The scanner reads each text as the server will: the guard follows
+// standard_conforming_strings and client_encoding from ParameterStatus, and
+// a statement that may change them makes the rest of its unit unreadable
+// until the server has answered.
 //
 // # Pool mode
 //
 // The mode is declared (WithPoolMode, pgadvisory_pool_mode) or detected on
-// the connector's first physical connection (package poolmode): a
-// ParameterStatus announcing it; else the BackendKeyData PID compared with
+// every new physical connection (pgconn's AfterConnect, package poolmode):
+// a ParameterStatus announcing it; else the BackendKeyData PID compared with
 // SELECT pg_backend_pid() — one round trip, equal means direct; else
-// PgBouncer's admin console (SHOW POOLS) when credentials are given; else
-// transaction mode (fail safe), with one log line saying how to declare it.
-// The conclusion is cached in the connector (one per *sql.DB); a failed
-// detection is retried on the next connection. PoolMode(ctx, db) reports it.
+// PgBouncer's admin console (SHOW POOLS) when credentials are given, one
+// probe shared by concurrent connections; else transaction mode (fail
+// safe), and errors and one log line say "pool mode unknown, assumed
+// transaction pooling" and how to declare it. A connection declared direct
+// that a pooler answers is an error. ConnPoolMode(conn) and PoolMode(ctx, db)
+// report it.
 //
 // # Prepared statements behind poolers
 //
 // pgx's default exec mode (cache_statement) leaves named prepared statements
 // on pooled backends: through PgBouncer transaction pooling every query
-// fails, and describe_exec silently returns other clients' rows. Behind
-// transaction and statement pooling the driver therefore uses
-// DefaultSafeExecMode (cache_describe) unless the DSN sets
-// default_query_exec_mode; an unsafe mode set there is refused with
-// ErrUnsafeExecMode unless pgadvisory_prepared_statements=true declares that
-// the pooler handles prepared statements (PgBouncer >= 1.21 with
-// max_prepared_statements). Connections opened once the mode is known get
-// the safe mode in their pgx config; the first, auto-detected connection
-// passes it with every query instead. database/sql prepared statements are
-// not prepared on the server in those modes: each execution sends the text.
+// fails, and describe_exec silently returns other clients' rows. Unless the
+// mode is declared direct or session, the guard sets DefaultSafeExecMode
+// (cache_describe) when the connection string does not choose a mode; an
+// unsafe mode it chose fails at connect behind a pooler (ErrUnsafeExecMode);
+// on the wire a named prepared statement, or a reuse of the unnamed one
+// from an earlier round trip, is refused (PA005) behind transaction and
+// statement pooling — unless pgadvisory_prepared_statements=true declares
+// that the pooler handles prepared statements (PgBouncer >= 1.21 with
+// max_prepared_statements). database/sql prepared statements are not
+// prepared on the server in those modes: each execution sends the text.
 //
-// # Pipelined BEGIN
+// # Deferred BEGIN
 //
-// BeginTx sends nothing: BEGIN, with the isolation level and read-only mode,
-// travels with the transaction's first statement in one network write, so a
-// lock cycle (BEGIN + lock, then COMMIT) costs two round trips instead of
-// three. A transaction that runs no statement sends nothing at all; if BEGIN
-// itself fails, the first statement returns "pgadvisory: begin (pipelined with
-// the first statement): ..." wrapping the server's error. The first
-// statement's rows are decoded by the driver to the same values pgx stdlib
-// gives; later statements go through pgx stdlib untouched. Where named
-// prepared statements are safe (exec mode cache_statement, not behind a
-// transaction pooler), BEGIN and the first statement are prepared once per
-// connection, so the server parses neither in later transactions.
-// WithPipelineBegin or pgadvisory_pipeline_begin=false turns it off.
-//
-// # Statements the scanner cannot read
-//
-// Behind transaction or statement pooling, a statement that may call an
-// advisory-lock function but that the scanner cannot read (nested deeper
-// than lockscan.MaxNesting, or not valid SQL) is refused with an
-// *UnscannableError under the reject and rewrite policies: it could take a
-// session lock unseen. Direct and in session pooling it is sent, and the
-// connection is checked for leftover locks when it returns to the pool.
+// A BEGIN sent alone (as pgx's Begin and BeginTx send it) is answered by the
+// guard and goes to the server in front of the transaction's first
+// statement, in the same network write, as Parse/Bind/Execute without a
+// Sync: a lock cycle (BEGIN + lock, then COMMIT) costs two round trips
+// instead of three, and a transaction that runs no statement sends nothing.
+// If the BEGIN fails, the server skips the first statement: it returns the
+// BEGIN's error, later statements fail with 25P02 and COMMIT ends in
+// ROLLBACK, as in any failed transaction — nothing runs outside a
+// transaction. WithPipelineBegin or pgadvisory_pipeline_begin=false turns it
+// off.
 //
 // # DSN parameters
 //
@@ -123,8 +137,11 @@
 // An invalid value is an error naming the parameter and the accepted values;
 // passwords never appear in errors or logs.
 //
-// # Reaching pgx
+// # Limits
 //
-// (*sql.Conn).Raw hands out the *Conn; PgxConn returns the *pgx.Conn and Raw
-// the inner driver connection. Statements sent on them bypass the policy.
+// Only pgx connections go through the guard (not lib/pq, psql or other
+// languages' drivers). SCRAM channel binding cannot be required through it
+// (pgconn reads the binding data only from a *tls.Conn). A lock taken inside
+// a function already defined in the database cannot be seen by a SQL
+// scanner.
 package pgadvisory

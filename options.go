@@ -240,17 +240,17 @@ func WithScanCacheSize(n int) Option {
 // first statement when no option or DSN parameter says otherwise.
 const DefaultPipelineBegin = true
 
-// WithPipelineBegin turns pipelined BEGIN on (the default) or off. When on,
-// BeginTx on a pgx connection sends nothing: BEGIN (with the isolation level
-// and access mode of the sql.TxOptions) goes to the server in the same
-// network write as the transaction's first statement, so a lock cycle
-// (BEGIN; SELECT pg_advisory_xact_lock(...); COMMIT) costs two round trips
-// instead of three. A transaction that runs no statement sends nothing at
-// all, not even on Commit or Rollback. An error of the BEGIN itself is
-// returned by the first statement, prefixed "pgadvisory: begin (pipelined
-// with the first statement)". Off, BeginTx sends BEGIN at once through pgx's
-// stdlib, as without pgadvisory. Statement pooling never pipelines (it
-// refuses transactions). DSN: pgadvisory_pipeline_begin=true|false.
+// WithPipelineBegin turns the deferred BEGIN on (the default) or off. When
+// on, a BEGIN sent alone (pgx's Begin/BeginTx, database/sql's BeginTx) is
+// answered by the guard and goes to the server in the same network write as
+// the transaction's first statement, so a lock cycle (BEGIN; SELECT
+// pg_advisory_xact_lock(...); COMMIT) costs two round trips instead of
+// three. A transaction that runs no statement sends nothing at all, not even
+// on Commit or Rollback. If the BEGIN itself fails, the first statement
+// returns its error and does not run; later statements fail with 25P02 and
+// Commit rolls back. Off, BEGIN goes to the server at once, as without
+// pgadvisory. Statement pooling never defers (it refuses transactions).
+// DSN: pgadvisory_pipeline_begin=true|false.
 func WithPipelineBegin(on bool) Option {
 	return func(c *config) error { c.pipelineBegin = on; return nil }
 }

@@ -748,7 +748,7 @@ const typesQuery = `SELECT
 	$1::numeric, $2::timestamptz, $3::bytea, $4::int8[], $5::text`
 
 // moreTypesQuery adds edge values and the type modifiers the column-type
-// methods read (added with the rewrite of rows.go).
+// methods read.
 const moreTypesQuery = `SELECT
 	'x'::varchar, 'y'::varchar(1), 'ab'::bpchar, 'a'::char, B'101'::varbit(8), B'101'::bit(3), 1.5::numeric(12,2),
 	''::text, '\x'::bytea, 'null'::jsonb, '[1, "a"]'::json, 'NaN'::float4, 'Infinity'::float4, '-Infinity'::float8,
