@@ -29,6 +29,10 @@ func (core) CheckToken(ctx context.Context, fn string, tx bridge.Stmts, resource
 	return checkToken(ctx, fn, tx, resource, token)
 }
 
+func (core) HoldSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key Key, opts []LockOption) (*SessionLock, error) {
+	return holdSession(ctx, fn, handle, pin, key, opts)
+}
+
 func (core) CreateFencingSchema(ctx context.Context, fn string, db bridge.Stmts) error {
 	return createFencingSchema(ctx, fn, db)
 }

@@ -6,9 +6,11 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -46,7 +48,7 @@ type SessionLock struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex // guards conn use between health checks and Release
-	conn     *sql.Conn
+	conn     bridge.Pinned
 	released bool
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -72,14 +74,36 @@ type SessionLock struct {
 // lives until Release or loss. Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
 // WithHealthInterval.
 func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (_ *SessionLock, err error) {
-	c, err := newConfig("HoldSession", optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
+	pin := func(ctx context.Context) (_ bridge.Pinned, mode poolmode.Mode, err error) {
+		defer foreign("HoldSession", &err)
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := conn.Raw(func(dc any) error {
+			if pm, ok := dc.(PoolModer); ok {
+				mode = pm.PoolMode()
+			}
+			return nil
+		}); err != nil {
+			conn.Close()
+			return nil, 0, fmt.Errorf("read pool mode: %w", err)
+		}
+		return sqlConn{conn}, mode, nil
+	}
+	return holdSession(ctx, "HoldSession", db, pin, key, opts)
+}
+
+// holdSession is HoldSession for any driver: pin takes the connection
+// (handle is what it takes it from, checked for nil).
+func holdSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key Key, opts []LockOption) (_ *SessionLock, err error) {
+	c, err := newConfig(fn, optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := badArgs("HoldSession", ctx, db, "database handle"); err != nil {
+	if err := badArgs(fn, ctx, handle, "database handle"); err != nil {
 		return nil, err
 	}
-	defer foreign("HoldSession", &err)
 	if err := ctx.Err(); err != nil {
 		return nil, classify(ctx, "session lock", key, err)
 	}
@@ -91,46 +115,38 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 		wctx, wcancel = context.WithTimeout(ctx, c.timeout)
 	}
 	defer wcancel()
-	conn, err := db.Conn(wctx)
+	conn, driverMode, err := pin(wctx)
 	if err != nil {
-		return nil, sessionWaitError(ctx, key, err, "get connection")
+		return nil, sessionWaitError(ctx, fn, key, err, "get connection")
 	}
 	mode, source := c.mode, ""
 	if c.has(optPoolMode) {
 		source = "WithPoolMode"
 	}
-	if err := conn.Raw(func(dc any) error {
-		if pm, ok := dc.(PoolModer); ok {
-			if m := pm.PoolMode(); m != poolmode.Unknown {
-				mode, source = m, "driver"
-			}
-		}
-		return nil
-	}); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("advisory: HoldSession: read pool mode: %w", err)
+	if driverMode != poolmode.Unknown {
+		mode, source = driverMode, "driver"
 	}
 	if !mode.SessionLocksSafe() {
-		conn.Close()
+		_ = conn.Close()
 		return nil, &PoolModeError{Mode: mode, Source: source}
 	}
 	l := &SessionLock{key: key, shared: c.has(optShared), interval: c.interval, conn: conn,
 		stop: make(chan struct{}), loopDone: make(chan struct{})}
-	if err := conn.QueryRowContext(wctx, backendPIDSQL).Scan(&l.pid); err != nil {
-		discard(conn)
-		return nil, sessionWaitError(ctx, key, err, "read backend pid")
+	if err := conn.QueryRow(wctx, backendPIDSQL, nil, &l.pid); err != nil {
+		conn.Discard()
+		return nil, sessionWaitError(ctx, fn, key, err, "read backend pid")
 	}
 	if c.has(optTimeout) {
 		c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
 	}
-	ok, err := acquire(ctx, sqlConn{conn}, key, c, true)
+	ok, err := acquire(ctx, conn, key, c, true)
 	if err == nil && !ok {
 		err = &LockError{Op: "session lock", Key: key, Kind: ErrNotAcquired}
 	}
 	if err != nil {
 		// The lock may have been granted before a later step failed (the
 		// fencing token): never hand such a connection back to the pool.
-		discard(conn)
+		conn.Discard()
 		if le := (*LockError)(nil); errors.As(err, &le) && le.Op == "lock" {
 			le.Op = "session lock"
 		}
@@ -147,11 +163,14 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 // sessionWaitError classifies a failure before HoldSession's lock
 // statement: a wait past WithTimeout or the context deadline is
 // ErrConnTimeout.
-func sessionWaitError(ctx context.Context, key Key, err error, step string) error {
+func sessionWaitError(ctx context.Context, fn string, key Key, err error, step string) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return &LockError{Op: "wait for connection", Key: key, Kind: ErrConnTimeout, Err: err}
 	}
-	return fmt.Errorf("advisory: HoldSession: %s: %w", step, err)
+	if strings.HasPrefix(err.Error(), "advisory: ") {
+		return err
+	}
+	return fmt.Errorf("advisory: %s: %s: %w", fn, step, err)
 }
 
 // discard closes conn's driver connection instead of returning it to the
@@ -249,7 +268,7 @@ func (l *SessionLock) watch() {
 				// The backend may still hold the lock (a failed query
 				// on a live connection): drop the connection so the
 				// server releases it, rather than pooling it.
-				discard(l.conn)
+				l.conn.Discard()
 				l.released = true
 			}
 			l.mu.Unlock()
@@ -272,7 +291,7 @@ func (l *SessionLock) check() error {
 	}
 	c, o, s := l.key.lockIDs()
 	var held bool
-	if err := l.conn.QueryRowContext(ctx, healthCheckSQL, mode, c, o, int64(s)).Scan(&held); err != nil {
+	if err := l.conn.QueryRow(ctx, healthCheckSQL, []any{mode, c, o, int64(s)}, &held); err != nil {
 		return &LockError{Op: "health check", Key: l.key, Kind: ErrLockLost, Err: err}
 	}
 	if !held {
@@ -316,12 +335,12 @@ func (l *SessionLock) Release(ctx context.Context) error {
 
 	q, args := buildUnlock(l.key, l.shared)
 	var ok bool
-	if err := l.conn.QueryRowContext(ctx, q, args...).Scan(&ok); err != nil {
-		discard(l.conn)
+	if err := l.conn.QueryRow(ctx, q, args, &ok); err != nil {
+		l.conn.Discard()
 		return &LockError{Op: "unlock", Key: l.key, Kind: ErrLockLost, Err: err}
 	}
 	if !ok {
-		discard(l.conn)
+		l.conn.Discard()
 		return &LockError{Op: "unlock", Key: l.key, Kind: ErrLockLost,
 			Err: errors.New("pg_advisory_unlock returned false: this session did not hold the lock")}
 	}

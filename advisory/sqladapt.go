@@ -13,9 +13,9 @@ import (
 // sqlConn hold one pointer, so storing them in an interface allocates
 // nothing.
 var (
-	_ bridge.Tx    = sqlTx{}
-	_ bridge.Stmts = sqlConn{}
-	_ bridge.Stmts = querierStmts{}
+	_ bridge.Tx     = sqlTx{}
+	_ bridge.Pinned = sqlConn{}
+	_ bridge.Stmts  = querierStmts{}
 )
 
 // sqlTx adapts a *sql.Tx that WithXactLock began.
@@ -50,6 +50,10 @@ func (c sqlConn) Exec(ctx context.Context, query string, args ...any) error {
 func (c sqlConn) QueryRow(ctx context.Context, query string, args []any, dest ...any) error {
 	return scanRow(c.conn.QueryRowContext(ctx, query, args...), dest)
 }
+
+func (c sqlConn) Close() error { return c.conn.Close() }
+
+func (c sqlConn) Discard() { discard(c.conn) }
 
 // querierStmts adapts a caller's Querier (*sql.Tx, *sqlx.Tx, ...).
 type querierStmts struct{ q Querier }

@@ -46,6 +46,13 @@ func TestBadInput(t *testing.T) {
 		}, "does not apply"},
 		{"CheckToken nil tx", func() error { return pgxadvisory.CheckToken(ctx, nil, "r", 1) }, "nil transaction"},
 		{"CheckToken zero tx", func() error { return pgxadvisory.CheckToken(ctx, &pgxpool.Tx{}, "r", 1) }, "not usable"},
+		{"HoldSession typed nil pool", func() error { _, err := pgxadvisory.HoldSession(ctx, nil, key); return err }, "nil database handle"},
+		{"HoldSession zero pool", func() error { _, err := pgxadvisory.HoldSession(ctx, &pgxpool.Pool{}, key); return err }, "not usable"},
+		{"HoldSession nil context", func() error { _, err := pgxadvisory.HoldSession(nilCtx, &pgxpool.Pool{}, key); return err }, "nil context"},
+		{"HoldSession option that does not apply", func() error {
+			_, err := pgxadvisory.HoldSession(ctx, &pgxpool.Pool{}, key, advisory.WithLease(1))
+			return err
+		}, "does not apply"},
 		{"CreateFencingSchema nil", func() error { return pgxadvisory.CreateFencingSchema(ctx, nil) }, "nil database handle"},
 		{"CreateFencingSchema typed nil", func() error { return pgxadvisory.CreateFencingSchema(ctx, (*pgxpool.Pool)(nil)) }, "nil database handle"},
 		{"CreateFencingSchema zero pool", func() error { return pgxadvisory.CreateFencingSchema(ctx, &pgxpool.Pool{}) }, "not usable"},

@@ -93,6 +93,27 @@ func ExampleTryXactLock() {
 	// ... send it, then commit.
 }
 
+// Leader election on a pgxpool: the session lock lives on one connection
+// taken out of the pool until Release; stop leading when Done closes.
+func ExampleHoldSession() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	leader, err := pgxadvisory.HoldSession(ctx, pool, advisory.NamespacedKey("scheduler", "leader"),
+		advisory.NoWait(), advisory.WithFencing(new(advisory.Token)))
+	if errors.Is(err, advisory.ErrNotAcquired) {
+		return // another replica leads
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer leader.Release(ctx)
+	<-leader.Done() // lead until the lock may be lost (run the work under leader.Context())
+}
+
 // A handle that pgxpool.New did not make is an error, not a panic.
 func ExampleWithXactLock_badHandle() {
 	var pool *pgxpool.Pool // never assigned

@@ -15,6 +15,10 @@
 //	case err != nil: // ...
 //	}
 //
+// HoldSession keeps a session-level lock on a connection it takes out of a
+// *pgxpool.Pool, for leader election, with the health checks and loss
+// signals of advisory.HoldSession.
+//
 // Every function here runs the code of its database/sql twin in package
 // advisory (the lock statement that sets lock_timeout in the same round
 // trip, the classification of server errors, leases and fencing tokens);
@@ -65,6 +69,7 @@ type lockCore interface {
 	TryXactLock(ctx context.Context, fn string, tx bridge.Stmts, key advisory.Key, opts []advisory.LockOption) (bool, error)
 	CheckToken(ctx context.Context, fn string, tx bridge.Stmts, resource string, token advisory.Token) error
 	CreateFencingSchema(ctx context.Context, fn string, db bridge.Stmts) error
+	HoldSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key advisory.Key, opts []advisory.LockOption) (*advisory.SessionLock, error)
 }
 
 // core is asserted once, when the package loads: advisory's init has run

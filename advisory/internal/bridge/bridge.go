@@ -12,6 +12,8 @@ package bridge
 import (
 	"context"
 	"database/sql"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
 // Stmts runs the statements of a lock inside one open transaction (or, for
@@ -40,6 +42,20 @@ type Tx interface {
 // stays bound to the transaction until it ends (database/sql rolls back
 // when ctx is canceled); the helpers keep it alive until then.
 type Begin func(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+
+// Pinned is one connection held for a session lock.
+type Pinned interface {
+	Stmts
+	// Close gives the connection back (to its pool) after a clean unlock.
+	Close() error
+	// Discard closes the connection to the server instead, which ends the
+	// session and every lock it still holds.
+	Discard()
+}
+
+// Pin takes a dedicated connection under ctx and reports the pool mode
+// its driver knows (poolmode.Unknown when it cannot tell).
+type Pin func(ctx context.Context) (Pinned, poolmode.Mode, error)
 
 // Core is the lock logic, set by package advisory's init. Its dynamic type
 // is unexported; adapters assert it to the interface they need.
