@@ -126,6 +126,12 @@ func TestIntegrationTimeout(t *testing.T) {
 	eachTarget(t, func(t *testing.T, db *sql.DB, ctx context.Context) {
 		key := uniqueKey(t, "k")
 		holderPID, release := hold(t, db, key)
+		// A second connection, idle and with its server connection made:
+		// WithTimeout also bounds the wait for a connection, and this test
+		// is about the lock.
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
 
 		// The option's limit: the server's 55P03, wrapped.
 		err := advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
@@ -485,7 +491,10 @@ func TestIntegrationLeaderLoss(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := advisory.HoldSession(ctx, db, key, append(opts, advisory.WithTimeout(100*time.Millisecond))...); !errors.Is(err, advisory.ErrLockTimeout) {
+			// WithTimeout covers the new connection too (through PgBouncer
+			// in session mode, a new server backend): leave the lock wait
+			// most of a second.
+			if _, err := advisory.HoldSession(ctx, db, key, append(opts, advisory.WithTimeout(time.Second))...); !errors.Is(err, advisory.ErrLockTimeout) {
 				t.Fatalf("second leader: %v; want ErrLockTimeout", err)
 			}
 			var ok bool

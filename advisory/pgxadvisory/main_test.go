@@ -54,6 +54,11 @@ func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	// One connection made up front: WithTimeout bounds the wait for a
+	// connection too, and the tests with short limits are about the lock.
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return pool
 }
 
