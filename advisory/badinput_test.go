@@ -94,6 +94,30 @@ func TestHugeDurationsClamp(t *testing.T) {
 	}
 }
 
+// The same durations as options: the lock is taken (lock_timeout clamped),
+// not abandoned at once because a deadline computed from them wrapped
+// around.
+func TestHugeTimeoutLocks(t *testing.T) {
+	db, mock, err := sqlmock.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	mock.ExpectBegin()
+	// The server takes a moment to answer: a limit that wrapped around
+	// would cancel the statement meanwhile.
+	mock.ExpectExec(`pg_advisory_xact_lock`).WithArgs("2147483647ms", int64(7)).WillDelayFor(20 * time.Millisecond).
+		WillReturnResult(sqlmock.NewResult(0, 0))
+	mock.ExpectCommit()
+	if err := WithXactLock(context.Background(), db, IntKey(7), func(context.Context, *sql.Tx) error { return nil },
+		WithTimeout(time.Duration(math.MaxInt64))); err != nil {
+		t.Fatalf("WithTimeout(MaxInt64): %v", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Release is idempotent: the second call returns nil and sends nothing.
 func TestReleaseTwice(t *testing.T) {
 	db, mock, err := sqlmock.New()

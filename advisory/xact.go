@@ -448,6 +448,9 @@ func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bo
 	// connection busy, behind a driver that sends BEGIN along with this
 	// statement) or the server is unreachable. WithTimeout bounds that too.
 	limit := c.timeout + answerMargin
+	if limit < c.timeout { // WithTimeout(math.MaxInt64): wait as long as it says
+		limit = c.timeout
+	}
 	actx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(limit, func() { cancel(errNoAnswer) })
 	ok, err := acquireOnce(actx, q, key, c, session)
