@@ -485,7 +485,10 @@ func TestIntegrationLeaderLoss(t *testing.T) {
 			db := openDB(t, tc.dsn)
 			ctx := testCtx(t)
 			key := uniqueKey(t, "leader")
-			opts := []advisory.LockOption{advisory.WithPoolMode(tc.mode), advisory.WithHealthInterval(100 * time.Millisecond),
+			// Each health check has one interval to answer: with the
+			// second leader waiting a second below, a short interval
+			// would let a slow check under load drop the first lock.
+			opts := []advisory.LockOption{advisory.WithPoolMode(tc.mode), advisory.WithHealthInterval(time.Second),
 				advisory.WithTimeout(5 * time.Second)}
 			l, err := advisory.HoldSession(ctx, db, key, opts...)
 			if err != nil {

@@ -32,6 +32,12 @@ func TestIntegrationSemantics(t *testing.T) {
 				ctx := testCtx(t)
 				key := uniqueKey(t, "exclusive")
 				release := hold(t, holderPool, key)
+				// One cycle first, so that the handle's connection and,
+				// through PgBouncer, a second server connection exist:
+				// WithTimeout(100ms) below also bounds the wait for them.
+				if err := h.run(ctx, uniqueKey(t, "warm-up"), noop); err != nil {
+					t.Fatal(err)
+				}
 
 				err := h.run(ctx, key, noop, advisory.WithTimeout(100*time.Millisecond))
 				var pgErr *pgconn.PgError
