@@ -68,6 +68,7 @@ func BenchmarkStringsContains(b *testing.B) {
 }
 
 func BenchmarkScanLockCold(b *testing.B) {
+	Warm() // the WebAssembly build compiles once per process: not part of a parse
 	s := NewScanner(-1)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -76,6 +77,7 @@ func BenchmarkScanLockCold(b *testing.B) {
 }
 
 func BenchmarkScanLockCached(b *testing.B) {
+	Warm() // the WebAssembly build compiles once per process: not part of a parse
 	s := NewScanner(DefaultCacheSize)
 	_, _ = s.Scan(benchLock)
 	b.ReportAllocs()
@@ -85,6 +87,7 @@ func BenchmarkScanLockCached(b *testing.B) {
 }
 
 func BenchmarkScanDoBlockCold(b *testing.B) {
+	Warm() // the WebAssembly build compiles once per process: not part of a parse
 	q := `DO $$ DECLARE got boolean; BEGIN got := pg_try_advisory_lock(42); IF got THEN PERFORM pg_advisory_unlock(42); END IF; END $$`
 	s := NewScanner(-1)
 	b.ReportAllocs()
@@ -97,6 +100,7 @@ func BenchmarkScanDoBlockCold(b *testing.B) {
 // same lock query: our JSON walk (what scanQuery does), unmarshalling the
 // protobuf tree, and pg_query's Summary.
 func BenchmarkParseStrategies(b *testing.B) {
+	Warm() // the WebAssembly build compiles once per process: not part of a parse
 	b.Run("json-walk", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -126,4 +130,16 @@ func BenchmarkParseStrategies(b *testing.B) {
 		}
 	})
 	benchCgoStrategies(b)
+}
+
+// BenchmarkScanLockColdSCSOff is a first parse read with
+// standard_conforming_strings off (the rewrite of rewriteSCS included).
+func BenchmarkScanLockColdSCSOff(b *testing.B) {
+	Warm() // the WebAssembly build compiles once per process: not part of a parse
+	s := NewScanner(-1)
+	set := Settings{StandardConformingStrings: "off"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = s.ScanWith(benchLock, set)
+	}
 }

@@ -103,9 +103,12 @@ func (k Kind) String() string {
 type Call struct {
 	// Func is the canonical lower-case name without schema, for example
 	// "pg_try_advisory_lock_shared".
-	Func   string
-	Scope  Scope
-	Op     Op
+	Func string
+	// Scope is the lifetime of the lock the function takes or releases.
+	Scope Scope
+	// Op is what the function does.
+	Op Op
+	// Shared is set for the _shared variants.
 	Shared bool
 	// Start and End are the byte span, in the query passed to Scan, of the
 	// function name as written (after any schema qualifier; quotes, U&
@@ -201,6 +204,7 @@ type ParseError struct {
 	Err error
 }
 
+// Error returns the message with its byte position when known.
 func (e *ParseError) Error() string {
 	if e.Pos >= 0 {
 		return fmt.Sprintf("lockscan: %s at byte %d", e.Msg, e.Pos)

@@ -171,6 +171,13 @@ func TestNoAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _, _ = s.Scan(lq) }); n != 0 {
 		t.Errorf("Scanner.Scan cache hit allocates %v times", n)
 	}
+	// The settings a guard passes from ParameterStatus.
+	for _, set := range []Settings{DefaultSettings(), {StandardConformingStrings: "off", ClientEncoding: "UTF8"}} {
+		_, _ = s.ScanWith(lq, set)
+		if n := testing.AllocsPerRun(100, func() { _, _ = s.ScanWith(lq, set) }); n != 0 {
+			t.Errorf("Scanner.ScanWith(%+v) cache hit allocates %v times", set, n)
+		}
+	}
 }
 
 func TestMayContainCallTriggers(t *testing.T) {

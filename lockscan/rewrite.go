@@ -9,10 +9,13 @@ import (
 // RewriteError is returned by RewriteCalls, RewriteEdits and RewriteXact
 // for a call they cannot rewrite safely.
 type RewriteError struct {
-	Call   Call
+	// Call is the call (or reference) that cannot be rewritten.
+	Call Call
+	// Reason says why.
 	Reason string
 }
 
+// Error names the function, its position and the reason.
 func (e *RewriteError) Error() string {
 	return fmt.Sprintf("lockscan: cannot rewrite %s at byte %d: %s", e.Call.Func, e.Call.Start, e.Reason)
 }

@@ -57,6 +57,7 @@ type UnsupportedSettingsError struct {
 	Reason string
 }
 
+// Error says which setting and why.
 func (e *UnsupportedSettingsError) Error() string {
 	return fmt.Sprintf("lockscan: cannot read the statement as the server will under %s=%q: %s", e.Setting, e.Value, e.Reason)
 }
@@ -71,6 +72,19 @@ type reading struct {
 
 // reading returns the reading s asks for, or an *UnsupportedSettingsError.
 func (s Settings) reading() (reading, error) {
+	// The values the server reports, first: no allocation.
+	switch s.StandardConformingStrings {
+	case "", "on":
+		switch s.ClientEncoding {
+		case "", "UTF8":
+			return reading{}, nil
+		}
+	case "off":
+		switch s.ClientEncoding {
+		case "", "UTF8":
+			return reading{scsOff: true}, nil
+		}
+	}
 	var rd reading
 	switch v := strings.ToLower(strings.TrimSpace(s.StandardConformingStrings)); v {
 	case "", "on", "true", "yes", "1":
