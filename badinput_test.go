@@ -94,7 +94,7 @@ func TestBadDSN(t *testing.T) {
 		{"pool-mode-unknown", base + "&pgadvisory_pool_mode=unknown", []string{"pgadvisory_pool_mode"}},
 		{"policy-space", base + "&pgadvisory_policy=%20reject", []string{"pgadvisory_policy", `" reject"`}},
 		{"dynamic", base + "&pgadvisory_dynamic=maybe", []string{"pgadvisory_dynamic", "warn, reject, allow"}},
-		{"leak", base + "&pgadvisory_leak_action=keep", []string{"pgadvisory_leak_action", "release, discard"}},
+		{"leak", base + "&pgadvisory_leak_action=hold", []string{"pgadvisory_leak_action", "release, discard, keep"}},
 		{"prepared", base + "&pgadvisory_prepared_statements=2", []string{"pgadvisory_prepared_statements", "true, false"}},
 		{"admin-port-negative", base + "&pgadvisory_admin_user=a&pgadvisory_admin_port=-1", []string{"pgadvisory_admin_port", `"-1"`}},
 		{"admin-port-huge", base + "&pgadvisory_admin_user=a&pgadvisory_admin_port=65536", []string{"pgadvisory_admin_port"}},

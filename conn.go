@@ -335,7 +335,7 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 	if c.gc != nil {
 		locked = c.gc.takeSessionLocked()
 	}
-	if !locked || !c.PoolMode().SessionLocksSafe() {
+	if !locked || !c.PoolMode().SessionLocksSafe() || c.c.cfg.leakAction == LeakKeep {
 		return nil
 	}
 	return c.guard(ctx)
@@ -352,7 +352,7 @@ func (c *Conn) guard(ctx context.Context) error {
 		le, keep = c.checkLeaksSQL(ctx)
 	}
 	if le != nil {
-		c.c.g.report(ctx, c.mode, le)
+		c.c.g.leaked(ctx, c.mode, le)
 	}
 	if !keep {
 		return driver.ErrBadConn

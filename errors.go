@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
@@ -42,7 +43,36 @@ var (
 	// ErrLeakedLock: a connection came back to the pool still holding
 	// advisory locks. It is reported through the error hook.
 	ErrLeakedLock = errors.New("pgadvisory: connection returned to the pool holding advisory locks")
+
+	// ErrLockReleased: an unlock names a session lock that the leak guard
+	// released when the connection that held it went back to the pool
+	// (directly or behind session pooling): the code between the lock and
+	// the unlock ran without it.
+	ErrLockReleased = errors.New("pgadvisory: session lock already released by the leak guard")
 )
+
+// ReleasedLockError answers an unlock of a session lock that the leak
+// guard released when its connection went back to the pool (WithLeakAction
+// release or discard). It is returned once per release.
+type ReleasedLockError struct {
+	// Func is the unlock function, Key its arguments as the guard compares
+	// them (for example "(42)" or "(1,2)").
+	Func, Key string
+	// At is when the leak guard released the lock.
+	At time.Time
+	// Position is the 1-based byte offset of Func in the statement.
+	Position int
+}
+
+func (e *ReleasedLockError) Error() string {
+	return fmt.Sprintf("pgadvisory: %s%s: the session lock was released at %s, when the connection that took it went back to the pool, so the work since then ran without it; take session locks on a pinned connection (db.Conn, pool.Acquire), or transaction-level locks (advisory.WithXactLock); pgadvisory_leak_action=keep keeps them on the pooled connection as plain pgx does",
+		e.Func, e.Key, e.At.Format(time.RFC3339Nano))
+}
+
+// Unwrap returns ErrLockReleased.
+func (e *ReleasedLockError) Unwrap() error { return ErrLockReleased }
+
+func (e *ReleasedLockError) position() int { return e.Position }
 
 // SessionLockError is returned, without contacting the server, for a
 // session-level advisory lock function called behind transaction or
@@ -148,6 +178,8 @@ type LeakedLockError struct {
 	// Cause is set when releasing the locks failed (the connection is then
 	// discarded).
 	Cause error
+
+	keys []string // canonical keys of the locks (argKey's form)
 }
 
 // Error describes the leak.

@@ -23,6 +23,7 @@ const (
 	SQLStateDynamicSQL       = "PA003" // *DynamicSQLError, ErrDynamicSQL
 	SQLStateUnscannable      = "PA004" // *UnscannableError, ErrUnscannable
 	SQLStateUnsafeStatement  = "PA005" // *UnsafeStatementError, ErrUnsafeExecMode
+	SQLStateLockReleased     = "PA006" // *ReleasedLockError, ErrLockReleased
 )
 
 // UnsafeStatementError refuses a prepared statement that cannot work behind
@@ -68,6 +69,8 @@ func sqlStateOf(err error) string {
 		return SQLStateDynamicSQL
 	case errors.Is(err, ErrUnscannable):
 		return SQLStateUnscannable
+	case errors.Is(err, ErrLockReleased):
+		return SQLStateLockReleased
 	}
 	return SQLStateUnsafeStatement
 }
@@ -78,6 +81,7 @@ var sentinelOf = map[string]error{
 	SQLStateDynamicSQL:       ErrDynamicSQL,
 	SQLStateUnscannable:      ErrUnscannable,
 	SQLStateUnsafeStatement:  ErrUnsafeExecMode,
+	SQLStateLockReleased:     ErrLockReleased,
 }
 
 // refusals keeps the typed errors of recent refusals, so that Refusal can

@@ -103,41 +103,29 @@ func TestGuardBeginRoundTrips(t *testing.T) {
 	}
 }
 
-// TestGuardBeginFails: a deferred BEGIN that the server refuses never lets
-// the transaction's statements run outside a transaction: the first
-// statement returns BEGIN's error, later ones 25P02, Commit rolls back, and
-// the connection is usable afterwards. Simple-protocol and extended first
-// statements both.
+// TestGuardBeginFails: a BEGIN whose options the guard cannot vouch for is
+// not deferred: the server judges it at Begin, as with plain pgx, and the
+// connection goes on (pgxpool's TestConnReleaseWhenBeginFail). A deferred
+// BEGIN that fails on the server is TestWireDeferredBeginFails.
 func TestGuardBeginFails(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	for _, tg := range guardTargets {
-		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
-			t.Run(tg.name+"/"+mode.String(), func(t *testing.T) {
-				pool, _ := pinnedPool(t, tg.dsn(c))
-				ctx := t.Context()
-				table := sideEffectTable(t, pool)
-				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: "bogus"})
-				if err != nil {
-					t.Fatalf("BeginTx: %v (the BEGIN is deferred: its error comes with the first statement)", err)
-				}
-				defer tx.Rollback(ctx)
-				var pe *pgconn.PgError
-				_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)", mode)
-				if !errors.As(err, &pe) || pe.Code != "42601" {
-					t.Fatalf("first statement: %v, want BEGIN's syntax error", err)
-				}
-				_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)", mode)
-				if !errors.As(err, &pe) || pe.Code != "25P02" {
-					t.Fatalf("second statement: %v, want 25P02", err)
-				}
-				if err := tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
-					t.Fatalf("Commit: %v, want ErrTxCommitRollback", err)
-				}
-				if n := rowCount(t, pool, table); n != 0 {
-					t.Fatalf("%d row(s) inserted outside any transaction", n)
-				}
-			})
-		}
+		t.Run(tg.name, func(t *testing.T) {
+			pool, p := pinnedPool(t, tg.dsn(c))
+			ctx := t.Context()
+			p.turns.Store(0)
+			_, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: "bogus"})
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "42601" {
+				t.Fatalf("BeginTx(isolation level bogus): %v, want the server's syntax error at once", err)
+			}
+			if n := p.turns.Load(); n != 1 {
+				t.Fatalf("%d round trips for the BEGIN, want 1 (sent at once)", n)
+			}
+			if _, err := pool.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -93,9 +93,14 @@ const (
 	LeakRelease LeakAction = iota
 	// LeakDiscard closes the connection (the server then frees its locks).
 	LeakDiscard
+	// LeakKeep leaves the locks on the connection, as plain pgx does: code
+	// that takes a session lock through a pool and unlocks it later through
+	// the same pool keeps it when both calls happen to get the same
+	// connection, and leaks it to the next user otherwise.
+	LeakKeep
 )
 
-var leakNames = [...]string{LeakRelease: "release", LeakDiscard: "discard"}
+var leakNames = [...]string{LeakRelease: "release", LeakDiscard: "discard", LeakKeep: "keep"}
 
 // String returns the name accepted by the pgadvisory_leak_action DSN parameter.
 func (a LeakAction) String() string {

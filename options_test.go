@@ -52,7 +52,7 @@ func TestDSNInvalidValues(t *testing.T) {
 		{"postgres://u@h/db?pgadvisory_pool_mode=txn", []string{"pgadvisory_pool_mode", `"txn"`, "auto, direct, session, transaction, statement"}},
 		{"host=h user=u pgadvisory_policy=deny", []string{"pgadvisory_policy", "reject, rewrite, warn, allow"}},
 		{"host=h user=u pgadvisory_dynamic=maybe", []string{"pgadvisory_dynamic", "warn, reject, allow"}},
-		{"host=h user=u pgadvisory_leak_action=keep", []string{"pgadvisory_leak_action", "release, discard"}},
+		{"host=h user=u pgadvisory_leak_action=hold", []string{"pgadvisory_leak_action", "release, discard, keep"}},
 		{"host=h user=u pgadvisory_prepared_statements=yes-please", []string{"pgadvisory_prepared_statements", "true, false"}},
 		{"host=h user=u pgadvisory_admin_port=0", []string{"pgadvisory_admin_port"}},
 		{"host=h user=u pgadvisory_admin_password=x", []string{"pgadvisory_admin_user is required"}},

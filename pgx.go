@@ -31,8 +31,9 @@ type guard struct {
 	// only statement pooling does: detection then concludes Statement.
 	statementPooling atomic.Bool
 
-	admin       adminProbe // the admin console's answer, shared
-	warnAssumed sync.Once  // the "pool mode unknown" line, once
+	admin       adminProbe    // the admin console's answer, shared
+	released    releasedLocks // session locks the leak guard released
+	warnAssumed sync.Once     // the "pool mode unknown" line, once
 }
 
 // statementPoolingRefusal is PgBouncer's message for a transaction behind
@@ -189,10 +190,12 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 }
 
 // ConfigurePool installs the guard on a pgxpool config (ConfigureConn on
-// its ConnConfig) and the leak guard on its AfterRelease: a connection that
-// ran a session-level lock function comes back to the pool checked, and
-// still-held advisory locks are released or the connection destroyed
-// (WithLeakAction), directly and behind session pooling.
+// its ConnConfig) and the leak guard on its PrepareConn: directly and behind
+// session pooling, a connection that ran a session-level lock function is
+// checked before it is handed out again, and advisory locks it still holds
+// are released (and remembered: a later unlock of one returns
+// ErrLockReleased) or the connection destroyed, per WithLeakAction. A
+// PrepareConn or BeforeAcquire already set runs after it.
 func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if cfg == nil || cfg.ConnConfig == nil {
 		return errors.New("pgadvisory: ConfigurePool: nil config (create it with pgxpool.ParseConfig)")
@@ -200,12 +203,21 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if err := ConfigureConn(cfg.ConnConfig, opts...); err != nil {
 		return err
 	}
-	prev := cfg.AfterRelease
-	cfg.AfterRelease = func(conn *pgx.Conn) bool {
-		if prev != nil && !prev(conn) {
-			return false
+	prev := cfg.PrepareConn
+	if prev == nil && cfg.BeforeAcquire != nil {
+		before := cfg.BeforeAcquire
+		prev = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
+	}
+	// Not AfterRelease: with that hook set, pgxpool returns connections
+	// from a goroutine, and the next Acquire may open a new connection.
+	cfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if !releaseLeaks(ctx, conn) {
+			return false, nil // destroyed; pgxpool retries on another connection
 		}
-		return releaseLeaks(conn)
+		if prev != nil {
+			return prev(ctx, conn)
+		}
+		return true, nil
 	}
 	return nil
 }
@@ -285,9 +297,9 @@ func ConnPoolMode(conn *pgx.Conn) (m poolmode.Mode, ev poolmode.Evidence, ok boo
 	return m, ev, true
 }
 
-// releaseLeaks is the pool's leak guard: it reports whether conn may go
-// back to the pool.
-func releaseLeaks(conn *pgx.Conn) bool {
+// releaseLeaks is the pool's leak guard: it reports whether conn may be
+// handed out again.
+func releaseLeaks(ctx context.Context, conn *pgx.Conn) bool {
 	gc := guardOf(conn)
 	if gc == nil || !gc.takeSessionLocked() {
 		return true
@@ -296,11 +308,11 @@ func releaseLeaks(conn *pgx.Conn) bool {
 	if !m.SessionLocksSafe() {
 		return true // behind transaction pooling the backend is not ours to check
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), leakCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, leakCheckTimeout)
 	defer cancel()
 	le, keep := checkLeaks(ctx, conn.PgConn(), gc.g.cfg.leakAction)
 	if le != nil {
-		gc.g.report(ctx, m, le)
+		gc.g.leaked(ctx, m, le)
 	}
 	return keep
 }

@@ -299,3 +299,72 @@ func insideLiteral(query string, pos int) bool {
 	}
 	return false
 }
+
+// validBegin reports whether text is a BEGIN or START TRANSACTION that
+// PostgreSQL accepts, by its grammar: optional WORK/TRANSACTION, then
+// transaction modes (ISOLATION LEVEL SERIALIZABLE | REPEATABLE READ | READ
+// COMMITTED | READ UNCOMMITTED, READ WRITE | READ ONLY, [NOT] DEFERRABLE)
+// separated by blanks or commas, and an optional semicolon. Only such a
+// BEGIN is answered by the guard: any other, the server must judge.
+func validBegin(text string) bool {
+	var words []string
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',':
+			i++
+		case c == ';':
+			if strings.TrimRight(text[i+1:], " \t\r\n") != "" {
+				return false
+			}
+			i = len(text)
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			j := i
+			for j < len(text) && (text[j]|0x20 >= 'a' && text[j]|0x20 <= 'z') {
+				j++
+			}
+			if len(words) == 12 {
+				return false
+			}
+			words = append(words, strings.ToLower(text[i:j]))
+			i = j
+		default:
+			return false
+		}
+	}
+	if len(words) == 0 {
+		return false
+	}
+	rest := words[1:]
+	switch words[0] {
+	case "begin":
+		if len(rest) > 0 && (rest[0] == "work" || rest[0] == "transaction") {
+			rest = rest[1:]
+		}
+	case "start":
+		if len(rest) == 0 || rest[0] != "transaction" {
+			return false
+		}
+		rest = rest[1:]
+	default:
+		return false
+	}
+	for len(rest) > 0 {
+		switch {
+		case len(rest) >= 3 && rest[0] == "isolation" && rest[1] == "level" && rest[2] == "serializable":
+			rest = rest[3:]
+		case len(rest) >= 4 && rest[0] == "isolation" && rest[1] == "level" &&
+			(rest[2] == "repeatable" && rest[3] == "read" || rest[2] == "read" && (rest[3] == "committed" || rest[3] == "uncommitted")):
+			rest = rest[4:]
+		case len(rest) >= 2 && rest[0] == "read" && (rest[1] == "write" || rest[1] == "only"):
+			rest = rest[2:]
+		case rest[0] == "deferrable":
+			rest = rest[1:]
+		case len(rest) >= 2 && rest[0] == "not" && rest[1] == "deferrable":
+			rest = rest[2:]
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -225,7 +225,16 @@ func (c *guardConn) Write(b []byte) (int, error) {
 // writeBuffers writes bufs (net.Buffers.WriteTo: one writev on a TCP
 // connection). Kept out of Write so that only this slow path allocates.
 func writeBuffers(w net.Conn, bufs net.Buffers) error {
-	_, err := bufs.WriteTo(w)
+	kept := bufs[:0]
+	for _, b := range bufs {
+		if len(b) > 0 {
+			kept = append(kept, b)
+		}
+	}
+	if len(kept) == 0 {
+		return nil // everything was answered here: no empty write on the wire
+	}
+	_, err := kept.WriteTo(w)
 	return err
 }
 
@@ -468,6 +477,9 @@ func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bin
 	d := decide(text, r, err, in)
 	for _, w := range d.warnings {
 		c.g.warn(w, c.mode, text)
+	}
+	if d.err == nil && !c.pooled() && c.g.released.n.Load() > 0 {
+		d.err = c.releasedUnlock(text, r, bind)
 	}
 	if d.err != nil {
 		return c.refuse(t, d.err)
@@ -902,7 +914,7 @@ func (c *guardConn) mayDeferBegin(q []byte) bool {
 		return false
 	}
 	text := unsafe.String(unsafe.SliceData(q), len(q))
-	return transactionEffect(text) == txOpens && isLoneStatement(q) && !bytes.ContainsAny(q, "'\"$-/")
+	return transactionEffect(text) == txOpens && isLoneStatement(q) && validBegin(text)
 }
 
 // isLoneStatement reports whether q holds one statement (an optional
@@ -1145,3 +1157,21 @@ func containsFold(s, sub string) bool {
 
 // bytesView is b as a string without a copy, for reading only while b is.
 func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// releasedUnlock returns a *ReleasedLockError for an unlock of a key the
+// leak guard released, or nil.
+func (c *guardConn) releasedUnlock(text string, r lockscan.Result, bind *bindMsg) error {
+	for _, call := range r.Calls {
+		if call.Op != lockscan.OpUnlock || call.Kind != lockscan.KindCall {
+			continue
+		}
+		k, ok := argKey(text, call, bind)
+		if !ok {
+			continue
+		}
+		if at, ok := c.g.released.take(k); ok {
+			return &ReleasedLockError{Func: call.Func, Key: strings.TrimPrefix(k, "shared"), At: at, Position: call.Start + 1}
+		}
+	}
+	return nil
+}
