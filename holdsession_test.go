@@ -33,7 +33,7 @@ func TestIntegrationHoldSessionThroughDriver(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			db := openT(t, tc.dsn)
-			lock, err := advisory.HoldSession(ctx, db, key, advisory.WithHealthInterval(50*time.Millisecond))
+			lock, err := advisory.HoldSession(ctx, db, key, advisory.WithHealthInterval(250*time.Millisecond))
 			if !tc.wantMode.SessionLocksSafe() {
 				var pm *advisory.PoolModeError
 				if !errors.Is(err, advisory.ErrUnsafePoolMode) || !errors.As(err, &pm) || pm.Mode != tc.wantMode {
@@ -55,7 +55,7 @@ func TestIntegrationHoldSessionThroughDriver(t *testing.T) {
 			if _, err := advisory.HoldSession(ctx, other, key, advisory.NoWait()); !errors.Is(err, advisory.ErrNotAcquired) {
 				t.Fatalf("second HoldSession = %v, want ErrNotAcquired", err)
 			}
-			time.Sleep(120 * time.Millisecond) // a few health checks
+			time.Sleep(600 * time.Millisecond) // two health checks; each has one interval to answer, which a loaded -race run needs
 			if err := lock.Err(); err != nil {
 				t.Fatalf("lock reported lost while held: %v", err)
 			}
