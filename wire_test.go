@@ -648,7 +648,7 @@ func TestWireHotPathAllocs(t *testing.T) {
 				}
 				if allocs != 0 {
 					// Remove this Skip once the guard's hot path allocates nothing.
-					t.Skipf("guard bug: %v allocations per unit + reply through the guard, want 0 (guardConn.Write: `out` escapes through net.Buffers.WriteTo, 1 per Write; Parse/Query: cstring copies the text, transactionEffect lowercases the first word, parseBind decodes the Bind before the policy needs it)", allocs)
+					t.Skipf("guard bug: %v allocations per unit + reply through the guard, want 0 (guardConn.Write: `out` is moved to the heap because its address goes to net.Buffers.WriteTo, 1 per Write; Bind: cstring copies a named statement's name; Parse/Query: cstring copies the text, transactionEffect's strings.ToLower of an upper-case first word (twice for a Query: mayDeferBegin and statement), mayDeferBegin's string(q), parseBind decodes the following Bind (2) before the policy needs it)", allocs)
 				}
 			})
 		}
