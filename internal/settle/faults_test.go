@@ -141,8 +141,12 @@ func TestFaultTerminateHolderBackend(t *testing.T) {
 			classID, objID := lockIDs(settle.EventKey(s.run.ID, ev))
 			t0 = time.Now()
 			var hit int
+			// Idle in transaction: between statements of the critical
+			// section, not in its COMMIT (terminating a backend whose
+			// COMMIT is running hits a transaction that already ended).
 			if err := s.super.QueryRow(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_locks
-				WHERE locktype = 'advisory' AND granted AND pid = $1 AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 1) t`,
+				WHERE locktype = 'advisory' AND granted AND pid = $1 AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = 1
+				AND pid IN (SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction')) t`,
 				pid, classID, objID).Scan(&hit); err != nil {
 				t.Fatalf("pg_terminate_backend(%d): %v", pid, err)
 			}
