@@ -310,3 +310,18 @@ func TestNestingEstimateNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations", n)
 	}
 }
+
+// TestPlNestingLimit: PL/pgSQL blocks nested beyond MaxPlNesting are not
+// parsed (ErrTooComplex); below it the call is found, in every block kind.
+func TestPlNestingLimit(t *testing.T) {
+	for _, c := range plNestCases {
+		r, err := NewScanner(-1).Scan(c.build(min(40, MaxPlNesting)))
+		if err != nil || len(r.Calls) != 1 {
+			t.Errorf("%s at %d: %v, %v; want the call", c.name, min(40, MaxPlNesting), r, err)
+		}
+		_, err = NewScanner(-1).Scan(c.build(MaxPlNesting + 5))
+		if !errors.Is(err, ErrTooComplex) {
+			t.Errorf("%s at %d: err = %.200v, want ErrTooComplex", c.name, MaxPlNesting+5, err)
+		}
+	}
+}

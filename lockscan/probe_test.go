@@ -72,7 +72,7 @@ var plNestCases = []nestCase{
 		return "DO $$ BEGIN " + strings.Repeat("IF random() > 0.5 THEN ", n) + "PERFORM pg_advisory_lock(1); " + strings.Repeat("END IF; ", n) + "END $$"
 	}},
 	{"pl-block", false, func(n int) string {
-		return "DO $$ " + strings.Repeat("BEGIN ", n) + "PERFORM pg_advisory_lock(1); " + strings.Repeat("END; ", n) + "END $$"
+		return "DO $$ " + strings.Repeat("BEGIN ", n) + "PERFORM pg_advisory_lock(1); " + strings.Repeat("END; ", n-1) + "END $$"
 	}},
 	{"pl-loop", false, func(n int) string {
 		return "DO $$ BEGIN " + strings.Repeat("LOOP ", n) + "PERFORM pg_advisory_lock(1); " + strings.Repeat("END LOOP; ", n) + "END $$"
