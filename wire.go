@@ -43,9 +43,21 @@ import (
 // direction (PostgreSQL's own limit for a frontend message is 1 GiB).
 const maxMessageLen = 1 << 30
 
-// maxHeldBackendMessage bounds the backend messages the guard must read
-// whole before passing them on (ErrorResponse, ParameterStatus, ...).
+// maxHeldBackendMessage bounds the backend messages the guard reads whole
+// before passing them on (ErrorResponse, ParameterStatus, ...); a larger
+// one cannot be a reply the guard made or must read, and goes through as
+// it comes.
 const maxHeldBackendMessage = 1 << 20
+
+// maxStreamedError bounds an ErrorResponse or NoticeResponse too long to
+// hold, passed on as it comes; longer is taken for a broken stream.
+const maxStreamedError = 64 << 20
+
+// maxHeldFrontendMessage bounds the frontend messages cut by the end of a
+// Write that the guard keeps until whole; larger ones (COPY data) go
+// through as they come. Query, Parse, Bind and FunctionCall are always
+// examined whole.
+const maxHeldFrontendMessage = 1 << 20
 
 // refusalMarker starts the text substituted for a refused message. The
 // server answers it with a syntax error naming the marker.
@@ -89,6 +101,7 @@ type guardConn struct {
 	started bool   // the startup message has gone
 	wpart   []byte // the beginning of a frontend message cut by Write
 	wskip   int    // bytes of a passed-through frontend message still to come
+	wdrop   bool   // those bytes are dropped (answered here)
 	unit    unitState
 
 	// Shared by both sides.
@@ -128,7 +141,10 @@ type guardConn struct {
 	rskip   int    // body bytes of a passed-through backend message still to come
 	pending []byte // received, not yet examined (own buffer)
 	ready   []byte // examined, to hand to the reader
-	rerr    error  // error to return once ready and pending are drained
+	rerr    error  // error to return once ready and pending are drained (never a timeout)
+	more    []byte // drainPending's read buffer
+	rhdr    [5]byte
+	rhdrN   int // bytes of a passed-through message's header cut by the end of a read
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
@@ -278,6 +294,11 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			n := min(c.wskip, len(data)-i)
 			c.wskip -= n
 			i += n
+			if c.wdrop {
+				out = append(out, data[segFrom:i-n])
+				segFrom = i
+				c.wdrop = c.wskip > 0
+			}
 			continue
 		}
 		if len(data)-i < 5 {
@@ -286,16 +307,29 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 		}
 		t := data[i]
 		n := int(binary.BigEndian.Uint32(data[i+1:]))
-		if n < 4 || n > maxMessageLen {
+		if n < 4 || n > maxMessageLen || n < 5 && (t == 'Q' || t == 'P' || t == 'B' || t == 'F') {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "length " + strconv.Itoa(n)}
 		}
 		end := i + 1 + n
 		if end > len(data) {
-			if t == 'Q' || t == 'P' || t == 'B' {
+			if n <= maxHeldFrontendMessage || t == 'Q' || t == 'P' || t == 'B' || t == 'F' {
+				// Cut by the end of the write: examined whole, with the rest.
 				c.wpart = append([]byte(nil), data[i:]...)
 				return append(out, data[segFrom:i]), nil
 			}
+			// A large message (COPY data) goes through as it comes.
 			c.wskip = end - len(data)
+			switch {
+			case c.localAbort:
+				c.answerAborted(t, nil)
+				out = append(out, data[segFrom:i])
+				segFrom = len(data)
+				c.wdrop = true
+			case c.pendingBegin != "":
+				out = append(out, data[segFrom:i], c.beginPrefix(t))
+				segFrom = i
+			}
+			c.unit.open = true
 			break
 		}
 		var repl []byte
@@ -365,7 +399,7 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		if !ok {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
 		}
-		return c.statement(t, text, nil, nil), nil
+		return c.statement(t, "", text, nil, nil), nil
 	case 'P':
 		c.unit.open = true
 		body := msg[5:]
@@ -386,7 +420,7 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		if len(after) > 0 && after[0] == 'B' {
 			bind = after
 		}
-		return c.statement(t, text, body[len(name)+1+len(text)+1:], bind), nil
+		return c.statement(t, name, text, body[len(name)+1+len(text)+1:], bind), nil
 	case 'B':
 		c.unit.open = true
 		body := msg[5:]
@@ -408,6 +442,12 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 				return c.refuse(t, c.unsafeStatement("", "")), nil
 			}
 		}
+	case 'F':
+		c.sent++ // a FunctionCall is answered up to a ReadyForQuery, as a Query
+		if len(msg) < 9 {
+			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "function call without a function"}
+		}
+		return c.functionCall(binary.BigEndian.Uint32(msg[5:9])), nil
 	case 'E', 'D', 'C', 'H':
 		c.unit.open = true
 	case 'S':
@@ -421,7 +461,7 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 // bytes to send instead of the message, or nil. For a Parse, paramTypes is
 // the rest of its body (the parameter type list) and bind the bytes from
 // the Bind written right after it, if any.
-func (c *guardConn) statement(t byte, text string, paramTypes []byte, bindBytes []byte) []byte {
+func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bindBytes []byte) []byte {
 	switch transactionEffect(text) {
 	case txOpens:
 		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite) {
@@ -437,7 +477,7 @@ func (c *guardConn) statement(t byte, text string, paramTypes []byte, bindBytes 
 		// under settings the guard does not know yet.
 		defer func() { c.settingsInFlux = true }()
 		if lockscan.MayContainCall(text) && readLater(text) {
-			return c.decideScan(t, strings.Clone(text), paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
+			return c.decideScan(t, name, strings.Clone(text), paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
 		}
 	}
 	if !c.g.mayIntercept(text) {
@@ -459,7 +499,7 @@ func (c *guardConn) statement(t byte, text string, paramTypes []byte, bindBytes 
 	default:
 		r, err = c.g.scanner.Scan(text)
 	}
-	return c.decideScan(t, text, paramTypes, bind, r, err)
+	return c.decideScan(t, name, text, paramTypes, bind, r, err)
 }
 
 // errSettingsChange makes a statement that may name a lock function
@@ -468,7 +508,7 @@ var errSettingsChange = fmt.Errorf("the statement is read while standard_conform
 
 // decideScan applies the policy to the scan of one statement text and
 // returns the bytes to send instead of its message, or nil. c.mu held.
-func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
+func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
 	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
 		tookKey: func(call lockscan.Call) bool {
 			k, ok := argKey(text, call, bind)
@@ -489,6 +529,13 @@ func (c *guardConn) decideScan(t byte, text string, paramTypes []byte, bind *bin
 	}
 	if len(d.edits) == 0 {
 		return nil
+	}
+	if name != "" {
+		// A named statement may run again later, outside this
+		// transaction, where the guard sees only its Bind: never rewrite
+		// one (behind pooling named statements need
+		// WithPreparedStatements).
+		return c.refuse(t, &SessionLockError{Func: d.rewrote[0].Func, Query: text, Position: d.rewrote[0].Start + 1, Mode: c.mode, Policy: c.g.cfg.policy, InTx: true, Twin: d.rewrote[0].XactTwin(), Assumed: c.assumed()})
 	}
 	for _, call := range d.rewrote {
 		k, ok := argKey(text, call, bind)
@@ -530,7 +577,7 @@ func (c *guardConn) refuse(t byte, err error) []byte {
 	c.seq++
 	marker := refusalMarker + strconv.FormatUint(c.seq, 10)
 	unit := c.sent
-	if t != 'Q' {
+	if t != 'Q' && t != 'F' {
 		unit = c.sent + 1 // ends at the next Sync
 	}
 	pos := 0
@@ -539,7 +586,7 @@ func (c *guardConn) refuse(t byte, err error) []byte {
 		pos = pe.position()
 	}
 	c.refusals = append(c.refusals, refusal{marker: marker, err: err, code: sqlStateOf(err), pos: pos, unit: unit})
-	if t == 'Q' {
+	if t == 'Q' || t == 'F' {
 		return encodeMessage('Q', []byte(marker), []byte{0})
 	}
 	return encodeMessage('P', []byte{0}, []byte(marker), []byte{0, 0, 0})
@@ -667,6 +714,9 @@ func (m *bindMsg) param(n int) (string, bool) {
 // held until whole (they are short), and an ErrorResponse for a
 // substituted text is replaced.
 func (c *guardConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	for {
@@ -675,14 +725,14 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			c.ready = c.ready[n:]
 			return n, nil
 		}
-		if c.rerr != nil && len(c.pending) == 0 {
-			return 0, c.rerr
-		}
 		if len(c.pending) > 0 {
 			if err := c.drainPending(); err != nil {
 				return 0, err
 			}
 			continue
+		}
+		if c.rerr != nil {
+			return 0, c.rerr // the connection ended (not a timeout: those are not kept)
 		}
 		if c.localDue() {
 			continue
@@ -692,20 +742,23 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		if perr != nil {
 			return 0, perr
 		}
-		if err != nil {
-			if d > 0 || len(c.ready) > 0 || len(c.pending) > 0 {
+		if err != nil && (d > 0 || len(c.ready) > 0 || len(c.pending) > 0) {
+			// Hand over what came first. A timeout is not kept: the next
+			// network read meets it again while the deadline stands.
+			if !isTimeout(err) {
 				c.rerr = err
-				if d > 0 {
-					return d, nil
-				}
-				continue
 			}
+			err = nil
+		}
+		if d > 0 || err != nil {
 			return d, err
 		}
-		if d > 0 {
-			return d, nil
-		}
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // networkRead reads from the wrapped connection; a wake-up for a local
@@ -759,7 +812,8 @@ func (c *guardConn) localDue() bool {
 }
 
 // drainPending examines held bytes, reading more from the network while
-// the message at their head is incomplete.
+// the message at their head is incomplete. A timeout leaves the held bytes
+// in place for the next Read.
 func (c *guardConn) drainPending() error {
 	buf := c.pending
 	c.pending = nil
@@ -782,10 +836,15 @@ func (c *guardConn) drainPending() error {
 		c.pending = nil
 		return &ProtocolError{Direction: "backend", Type: buf[0], Msg: "connection ended inside a message: " + err.Error()}
 	}
-	more := make([]byte, 8192)
-	n, rerr := c.Conn.Read(more)
-	c.pending = append(c.pending, more[:n]...)
+	if c.more == nil {
+		c.more = make([]byte, 8192)
+	}
+	n, rerr := c.networkRead(c.more)
+	c.pending = append(c.pending, c.more[:n]...)
 	if rerr != nil {
+		if isTimeout(rerr) {
+			return rerr
+		}
 		c.rerr = rerr
 	}
 	return nil
@@ -805,18 +864,47 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			i += n
 			continue
 		}
+		if c.rhdrN > 0 {
+			// The rest of a passed-through message's header.
+			k := copy(c.rhdr[c.rhdrN:], b[i:])
+			c.rhdrN += k
+			i += k
+			if c.rhdrN < 5 {
+				return i, nil
+			}
+			c.rhdrN = 0
+			n := int(binary.BigEndian.Uint32(c.rhdr[1:]))
+			if n < 4 || n > maxMessageLen {
+				return 0, &ProtocolError{Direction: "backend", Type: c.rhdr[0], Msg: "length " + strconv.Itoa(n)}
+			}
+			c.rskip = n - 4
+			continue
+		}
 		t := b[i]
-		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K' || c.swallow.Load() > 0
+		swallowing := c.swallow.Load() > 0
+		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K' || swallowing && t != 'D' && t != 'T'
 		if len(b)-i < 5 {
+			if !held {
+				// Its type says the guard does not look at it: pass the cut
+				// header on and remember it for the length.
+				c.rhdrN = copy(c.rhdr[:], b[i:])
+				return len(b), nil
+			}
 			c.pending = append(c.pending, b[i:]...)
 			return i, nil
 		}
 		n := int(binary.BigEndian.Uint32(b[i+1:]))
-		if held && (t == 'D' || t == 'T') && c.swallow.Load() > 0 {
-			held = false // rows never belong to the BEGIN: pass them without holding
-		}
-		if n < 4 || n > maxMessageLen || held && n > maxHeldBackendMessage {
+		if n < 4 || n > maxMessageLen {
 			return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
+		}
+		if held && n > maxHeldBackendMessage {
+			if (t == 'E' || t == 'N') && n <= maxStreamedError {
+				// Not a reply the guard made (those are short); the server
+				// echoes a long bad value in full: pass it on as it comes.
+				held = false
+			} else {
+				return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
+			}
 		}
 		end := i + 1 + n
 		if !held {
@@ -846,7 +934,8 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 func (c *guardConn) observe(t byte, body []byte) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t == 'E' && c.mode != poolmode.Statement && c.mode != poolmode.Direct && bytes.Contains(body, []byte(statementPoolingRefusal)) {
+	if t == 'E' && c.mode != poolmode.Statement && c.mode != poolmode.Direct && c.evidence.Source != poolmode.SourceDeclared &&
+		bytes.Contains(body, []byte(statementPoolingRefusal)) && isPoolerRefusal(body) {
 		c.g.statementPooling.Store(true)
 		c.mode, c.evidence.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
 	}
@@ -963,7 +1052,7 @@ func (c *guardConn) answer(parts ...[]byte) {
 func (c *guardConn) answerAborted(t byte, msg []byte) {
 	switch t {
 	case 'Q':
-		if transactionEffect(bytesView(msg[5:len(msg)-1])) == txCloses {
+		if len(msg) > 5 && transactionEffect(bytesView(msg[5:len(msg)-1])) == txCloses {
 			c.localAbort = false
 			c.unit = unitState{}
 			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
@@ -1174,4 +1263,62 @@ func (c *guardConn) releasedUnlock(text string, r lockscan.Result, bind *bindMsg
 		}
 	}
 	return nil
+}
+
+// Advisory-lock functions by OID, for FunctionCall messages, which name the
+// function by OID and carry no text (the OIDs of built-ins are fixed).
+var lockFuncByOID = map[uint32]lockscan.Call{
+	2880: {Func: "pg_advisory_lock", Scope: lockscan.ScopeSession, Op: lockscan.OpLock},
+	2881: {Func: "pg_advisory_lock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpLock, Shared: true},
+	2882: {Func: "pg_try_advisory_lock", Scope: lockscan.ScopeSession, Op: lockscan.OpTryLock},
+	2883: {Func: "pg_try_advisory_lock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpTryLock, Shared: true},
+	2884: {Func: "pg_advisory_unlock", Scope: lockscan.ScopeSession, Op: lockscan.OpUnlock},
+	2885: {Func: "pg_advisory_unlock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpUnlock, Shared: true},
+	2886: {Func: "pg_advisory_lock", Scope: lockscan.ScopeSession, Op: lockscan.OpLock},
+	2887: {Func: "pg_advisory_lock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpLock, Shared: true},
+	2888: {Func: "pg_try_advisory_lock", Scope: lockscan.ScopeSession, Op: lockscan.OpTryLock},
+	2889: {Func: "pg_try_advisory_lock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpTryLock, Shared: true},
+	2890: {Func: "pg_advisory_unlock", Scope: lockscan.ScopeSession, Op: lockscan.OpUnlock},
+	2891: {Func: "pg_advisory_unlock_shared", Scope: lockscan.ScopeSession, Op: lockscan.OpUnlock, Shared: true},
+	2892: {Func: "pg_advisory_unlock_all", Scope: lockscan.ScopeSession, Op: lockscan.OpUnlockAll},
+	3089: {Func: "pg_advisory_xact_lock", Scope: lockscan.ScopeXact, Op: lockscan.OpLock},
+	3090: {Func: "pg_advisory_xact_lock_shared", Scope: lockscan.ScopeXact, Op: lockscan.OpLock, Shared: true},
+	3091: {Func: "pg_try_advisory_xact_lock", Scope: lockscan.ScopeXact, Op: lockscan.OpTryLock},
+	3092: {Func: "pg_try_advisory_xact_lock_shared", Scope: lockscan.ScopeXact, Op: lockscan.OpTryLock, Shared: true},
+	3093: {Func: "pg_advisory_xact_lock", Scope: lockscan.ScopeXact, Op: lockscan.OpLock},
+	3094: {Func: "pg_advisory_xact_lock_shared", Scope: lockscan.ScopeXact, Op: lockscan.OpLock, Shared: true},
+	3095: {Func: "pg_try_advisory_xact_lock", Scope: lockscan.ScopeXact, Op: lockscan.OpTryLock},
+	3096: {Func: "pg_try_advisory_xact_lock_shared", Scope: lockscan.ScopeXact, Op: lockscan.OpTryLock, Shared: true},
+}
+
+// functionCall applies the policy to a FunctionCall of the function with
+// OID oid: a call with no text, so nothing can be rewritten. c.mu held.
+func (c *guardConn) functionCall(oid uint32) []byte {
+	call, ok := lockFuncByOID[oid]
+	if !ok {
+		return nil
+	}
+	d := decide("", lockscan.Result{Calls: []lockscan.Call{call}}, nil,
+		policyInput{mode: c.mode, assumed: c.assumed(), inTx: false, policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic})
+	for _, w := range d.warnings {
+		c.g.warn(w, c.mode, "FunctionCall "+call.Func)
+	}
+	if d.err != nil {
+		return c.refuse('F', d.err)
+	}
+	if d.sessionLock {
+		c.sessionLocked = true
+	}
+	return nil
+}
+
+// isPoolerRefusal reports whether the ErrorResponse body is PgBouncer's
+// refusal of a transaction behind statement pooling (and not, say, a
+// server error that quotes the same words).
+func isPoolerRefusal(body []byte) bool {
+	var e pgproto3.ErrorResponse
+	if e.Decode(body) != nil {
+		return false
+	}
+	return e.Code == "08P01" && e.Message == statementPoolingRefusal
 }

@@ -1217,7 +1217,6 @@ func TestWireDeferredBeginThenRefusal(t *testing.T) {
 // transaction is evidence of statement pooling — not a server error whose
 // text quotes the same words (a value echoed in an error message).
 func TestWireStatementPoolingEvidence(t *testing.T) {
-	t.Skip("guard bug: observe() takes any ErrorResponse whose body contains \"transaction blocks not allowed in statement pooling mode\" as PgBouncer's refusal: a 22P02 error echoing that text (SELECT $$...$$::int) switches a connection declared transaction into statement mode (every BEGIN refused with PA002) and sets guard.statementPooling, so detection concludes statement for every later connection of the config")
 	noGoroutineLeak(t)
 	w := newWire(t, transaction)
 	w.send(&pgproto3.Query{String: "SELECT $$transaction blocks not allowed in statement pooling mode$$::int"})
@@ -1297,17 +1296,17 @@ func TestWireReadCutHeaderAllocs(t *testing.T) {
 	}
 	if allocs != 0 {
 		// Remove this Skip once the guard's read path allocates nothing.
-		t.Skipf("guard bug: %v allocations per 50-row result read in %d-byte reads, want 0: backend() moves any message whose header is cut by the end of the read (DataRow too) to c.pending, and drainPending allocates an 8 KiB buffer and a copy of the held bytes each time", allocs, len(buf))
+		t.Errorf("%v allocations per 50-row result read in %d-byte reads, want 0: backend() moves any message whose header is cut by the end of the read (DataRow too) to c.pending, and drainPending allocates an 8 KiB buffer and a copy of the held bytes each time", allocs, len(buf))
 	}
 }
 
 // TestWireRewriteNamedStatement: with named statements declared safe
 // (WithPreparedStatements: PgBouncer >= 1.21 with max_prepared_statements),
 // pgx's default cache_statement mode prepares "stmtcache_..." statements;
-// a rewrite inside a transaction must keep the statement's name, or the
-// Bind that follows names a statement that does not exist.
+// policy rewrite refuses a session lock in one (re-encoding it unnamed broke
+// the Bind; keeping the name would let a later execution outside the
+// transaction take an xact lock unseen).
 func TestWireRewriteNamedStatement(t *testing.T) {
-	t.Skip("guard bug: a rewritten Parse is re-encoded as the unnamed statement (decideScan: encodeMessage('P', []byte{0}, ...)): Parse{Name: \"stmtcache_1\", Query: \"SELECT pg_advisory_lock($1)\"} reaches the server as Parse{Name: \"\", Query: \"SELECT pg_advisory_xact_lock($1)\"}, so the Bind to stmtcache_1 fails with 26000")
 	noGoroutineLeak(t)
 	w := newWire(t, transaction, WithPolicy(PolicyRewrite), WithPreparedStatements(true), WithPipelineBegin(false))
 	w.send(&pgproto3.Query{String: "begin"})
@@ -1320,11 +1319,10 @@ func TestWireRewriteNamedStatement(t *testing.T) {
 	if types(got) != "PDS" {
 		t.Fatalf("server got %q", types(got))
 	}
+	// A named statement may run again later, outside this transaction,
+	// where the guard sees only its Bind: it is refused, never rewritten.
 	p := decodeFrontend(t, got[0]).(*pgproto3.Parse)
-	if p.Query != "SELECT pg_advisory_xact_lock($1)" {
-		t.Fatalf("text %q, want the xact twin", p.Query)
-	}
-	if p.Name != "stmtcache_1" {
-		t.Fatalf("statement name %q, want stmtcache_1", p.Name)
+	if !strings.HasPrefix(p.Query, refusalMarker) {
+		t.Fatalf("text %q reached the server; want the named statement refused", p.Query)
 	}
 }
