@@ -4,7 +4,7 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help demo test test-unit lint bench bench-go faults pgx-suites
+.PHONY: help demo test test-nocgo test-unit lint bench bench-go faults pgx-suites
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -14,6 +14,9 @@ demo: ## the main job: double payments through PgBouncer, then pgadvisory preven
 
 test: ## unit and integration tests (starts PostgreSQL and PgBouncer through the harness)
 	$(GO) test $(GOFLAGS) $(TESTFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...
+
+test-nocgo: ## lockscan and advisory built without cgo (the WebAssembly parser): the same results as with cgo
+	CGO_ENABLED=0 $(GO) test $(GOFLAGS) $(TESTFLAGS) -count=1 -timeout 40m ./lockscan/... ./advisory/...
 
 test-unit: ## unit tests only, no servers
 	$(GO) test $(GOFLAGS) -short -race -count=1 -shuffle=on ./...

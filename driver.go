@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -131,6 +132,7 @@ func Wrap(inner driver.Connector, opts ...Option) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
+	go lockscan.Warm() // see configureConn
 	c := &Connector{inner: inner, cfg: cfg, g: newGuard(cfg)}
 	c.seed()
 	return c, nil

@@ -159,6 +159,10 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 			c.admin.TLSConfig.ServerName = c.adminHost
 		}
 	}
+	// The pure-Go parser (CGO_ENABLED=0) compiles its WebAssembly module
+	// once, in seconds: start now, off the first statement's path (a scan
+	// meanwhile waits for it; nothing passes unscanned).
+	go lockscan.Warm()
 	g := newGuard(c)
 	g.database, g.user = cfg.Database, cfg.User
 	g.explicitExec = explicitExecMode(cfg)
