@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
@@ -172,5 +173,39 @@ func TestEnumStrings(t *testing.T) {
 	}
 	if s := DynamicPolicy(9).String() + LeakAction(9).String(); s != "pgadvisory.DynamicPolicy(9)pgadvisory.LeakAction(9)" {
 		t.Errorf("out-of-range enums print %q", s)
+	}
+}
+
+// TestHandBuiltConfigRefused: a pgx config not made by pgx.ParseConfig
+// (pgx panics on it at the first Ping) is a clear error everywhere the
+// guard takes one.
+func TestHandBuiltConfigRefused(t *testing.T) {
+	if _, err := NewConnectorConfig(&pgx.ConnConfig{}); err == nil || !strings.Contains(err.Error(), "pgx.ParseConfig") {
+		t.Errorf("NewConnectorConfig(&pgx.ConnConfig{}) = %v, want an error naming pgx.ParseConfig", err)
+	}
+	if err := ConfigureConn(&pgx.ConnConfig{}); err == nil || !strings.Contains(err.Error(), "pgx.ParseConfig") {
+		t.Errorf("ConfigureConn(&pgx.ConnConfig{}) = %v, want an error naming pgx.ParseConfig", err)
+	}
+	if err := ConfigureConn(nil); err == nil {
+		t.Error("ConfigureConn(nil) accepted")
+	}
+	if err := ConfigurePool(nil); err == nil {
+		t.Error("ConfigurePool(nil) accepted")
+	}
+	if err := ConfigurePool(&pgxpool.Config{}); err == nil {
+		t.Error("ConfigurePool(&pgxpool.Config{}) accepted")
+	}
+	if _, err := NewConnectorConfig(nil); err == nil {
+		t.Error("NewConnectorConfig(nil) accepted")
+	}
+	if _, err := Wrap(nil); err == nil {
+		t.Error("Wrap(nil) accepted")
+	}
+	cfg, err := pgx.ParseConfig("host=h user=u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ConfigureConn(cfg, nil); err == nil {
+		t.Error("a nil Option accepted")
 	}
 }
