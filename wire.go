@@ -857,6 +857,7 @@ func (c *guardConn) drainPending() error {
 // buffer (so the part returned is delivered from there).
 func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 	i := 0
+	swallowing := c.swallow.Load() > 0 // changes only in observe
 	for i < len(b) {
 		if c.rskip > 0 {
 			n := min(c.rskip, len(b)-i)
@@ -881,7 +882,16 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			continue
 		}
 		t := b[i]
-		swallowing := c.swallow.Load() > 0
+		if t == 'D' && !swallowing && len(b)-i >= 5 {
+			// The common case, a row: skip it without further checks.
+			n := int(binary.BigEndian.Uint32(b[i+1:]))
+			if n >= 4 && n <= maxMessageLen {
+				if end := i + 1 + n; end <= len(b) {
+					i = end
+					continue
+				}
+			}
+		}
 		held := t == 'Z' || t == 'E' || t == 'S' || t == 'K' || swallowing && t != 'D' && t != 'T'
 		if len(b)-i < 5 {
 			if !held {
@@ -924,6 +934,7 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			c.pending = append(c.pending, b[end:]...)
 			return i, nil
 		}
+		swallowing = c.swallow.Load() > 0
 		i = end
 	}
 	return i, nil
