@@ -67,6 +67,10 @@ func (a *adminProbe) ask(ctx context.Context, admin *pgconn.Config, database, us
 	}
 }
 
+// maxServerPID is Linux's largest process ID (pid_max on 64-bit systems);
+// other systems PostgreSQL runs on use smaller ones.
+const maxServerPID = 1 << 22
+
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // detect works out the pool mode of a new physical connection (pgconn's
@@ -83,12 +87,12 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	switch g.cfg.declared {
 	case poolmode.Unknown:
 	case poolmode.Direct:
-		pid, err := poolmode.ServerPID(ctx, pc)
-		if err != nil {
-			return fmt.Errorf("pgadvisory: check declared pool mode direct: %w", err)
-		}
-		if pid != pc.PID() {
-			return fmt.Errorf("pgadvisory: pool mode declared direct, but a connection pooler answers (BackendKeyData PID %d, server PID %d): session-level locks would leak; declare pgadvisory_pool_mode=session|transaction|statement, or leave it to detection", pc.PID(), pid)
+		// No round trip (a declared mode costs none): a BackendKeyData PID
+		// above Linux's largest process ID cannot be a PostgreSQL
+		// backend's. Poolers send random 32-bit PIDs, so this catches all
+		// but about one connection in a thousand behind one.
+		if pid := pc.PID(); pid > maxServerPID {
+			return fmt.Errorf("pgadvisory: pool mode declared direct, but a connection pooler answers (BackendKeyData PID %d is no PostgreSQL backend's): session-level locks would leak; declare pgadvisory_pool_mode=session|transaction|statement, or leave it to detection", pid)
 		}
 		return nil
 	default:
