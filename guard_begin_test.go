@@ -43,11 +43,62 @@ var guardTargets = []struct {
 	{"pgbouncer-transaction", func(c *pgbouncer.Cluster) string { return c.DSN(pgbouncer.Transaction) }},
 }
 
+// checkLockCycleTurns runs BEGIN + pg_advisory_xact_lock + COMMIT cycles
+// with begin and checks, through the proxy p, that each costs two round
+// trips (after a warm-up cycle) and that empty transactions cost none.
+func checkLockCycleTurns(t *testing.T, p *turnProxy, begin func() (pgx.Tx, error), key int64) {
+	t.Helper()
+	const cycles = 5
+	ctx := t.Context()
+	cycle := func() error {
+		tx, err := begin()
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := cycle(); err != nil { // warm up: statement description
+		t.Fatal(err)
+	}
+	p.turns.Store(0)
+	for range cycles {
+		if err := cycle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.turns.Load(); got != 2*cycles {
+		t.Errorf("%d round trips for %d lock cycles, want 2 per cycle", got, cycles)
+	} else {
+		t.Logf("%d round trips for %d BEGIN + lock + COMMIT cycles", got, cycles)
+	}
+	p.turns.Store(0)
+	for _, commit := range []bool{true, false} {
+		tx, err := begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.turns.Load(); got != 0 {
+		t.Errorf("%d round trips for two empty transactions, want 0", got)
+	}
+}
+
 // TestGuardBeginRoundTrips: through the guard, BEGIN + lock + COMMIT is two
 // round trips for pgxpool and pgx.Conn, and an empty transaction none.
 func TestGuardBeginRoundTrips(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
-	const cycles = 5
 	for _, tg := range guardTargets {
 		for _, api := range []string{"pgxpool", "pgx.Conn"} {
 			t.Run(tg.name+"/"+api, func(t *testing.T) {
@@ -62,42 +113,7 @@ func TestGuardBeginRoundTrips(t *testing.T) {
 					defer conn.Release()
 					begin = func() (pgx.Tx, error) { return conn.Conn().Begin(ctx) }
 				}
-				cycle := func() error {
-					tx, err := begin()
-					if err != nil {
-						return err
-					}
-					defer tx.Rollback(ctx)
-					if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(7301)); err != nil {
-						return err
-					}
-					return tx.Commit(ctx)
-				}
-				if err := cycle(); err != nil { // warm up: statement description
-					t.Fatal(err)
-				}
-				p.turns.Store(0)
-				for range cycles {
-					if err := cycle(); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if got := p.turns.Load(); got != 2*cycles {
-					t.Errorf("%d round trips for %d lock cycles, want 2 per cycle", got, cycles)
-				}
-				p.turns.Store(0)
-				for _, end := range []func(pgx.Tx) error{func(tx pgx.Tx) error { return tx.Commit(ctx) }, func(tx pgx.Tx) error { return tx.Rollback(ctx) }} {
-					tx, err := begin()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := end(tx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if got := p.turns.Load(); got != 0 {
-					t.Errorf("%d round trips for two empty transactions, want 0", got)
-				}
+				checkLockCycleTurns(t, p, begin, 7301)
 			})
 		}
 	}

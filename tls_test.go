@@ -240,7 +240,6 @@ func testTLSRewrite(t *testing.T, c *pgbouncer.Cluster, bouncer string) {
 // the client and PgBouncer (the TLS records pass through it as bytes), for
 // pgxpool and pgx.Conn; an empty transaction costs none.
 func testTLSDeferredBegin(t *testing.T, bouncer string) {
-	const cycles = 5
 	for _, api := range []string{"pgxpool", "pgx.Conn"} {
 		t.Run(api, func(t *testing.T) {
 			ctx := t.Context()
@@ -264,44 +263,7 @@ func testTLSDeferredBegin(t *testing.T, bouncer string) {
 				t.Cleanup(func() { conn.Close(context.Background()) })
 				begin = func() (pgx.Tx, error) { return conn.Begin(ctx) }
 			}
-			cycle := func() error {
-				tx, err := begin()
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback(ctx)
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(7603)); err != nil {
-					return err
-				}
-				return tx.Commit(ctx)
-			}
-			if err := cycle(); err != nil { // warm up: statement description
-				t.Fatal(err)
-			}
-			p.turns.Store(0)
-			for range cycles {
-				if err := cycle(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := p.turns.Load()
-			t.Logf("%s over TLS: %d round trips for %d BEGIN + lock + COMMIT cycles", api, got, cycles)
-			if got != 2*cycles {
-				t.Errorf("%d round trips for %d lock cycles, want 2 per cycle", got, cycles)
-			}
-			p.turns.Store(0)
-			for range 2 {
-				tx, err := begin()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := tx.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got := p.turns.Load(); got != 0 {
-				t.Errorf("%d round trips for two empty transactions, want 0", got)
-			}
+			checkLockCycleTurns(t, p, begin, 7603)
 		})
 	}
 }
