@@ -112,7 +112,7 @@ func newPgxConnector(pc *pgx.ConnConfig, opts []Option) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{pgxConfig: pc, cfg: g.cfg, g: g}
-	c.inner = stdlib.GetConnector(*pc)
+	c.inner = stdlib.GetConnector(*pc, stdlib.OptionBeforeConnect(g.beforeConnect))
 	c.seed()
 	return c, nil
 }

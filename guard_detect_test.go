@@ -113,3 +113,44 @@ func TestIntegrationGuardDetect(t *testing.T) {
 		}
 	})
 }
+
+// TestIntegrationGuardExecModeLearned: without a declared mode the first
+// connection uses the safe exec mode; once a connection proved direct, the
+// next ones keep pgx's cache_statement (named statements, parsed once).
+// Behind a pooler every connection keeps the safe mode.
+func TestIntegrationGuardExecModeLearned(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name   string
+		dsn    string
+		second pgx.QueryExecMode
+	}{
+		{"direct", c.DirectDSN(), pgx.QueryExecModeCacheStatement},
+		{"pgbouncer-transaction", c.WideDSN(pgbouncer.Transaction), pgadvisory.DefaultSafeExecMode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := guardedPool(t, tc.dsn)
+			first, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Release()
+			if m := first.Conn().Config().DefaultQueryExecMode; m != pgadvisory.DefaultSafeExecMode {
+				t.Fatalf("first connection: %v, want %v", m, pgadvisory.DefaultSafeExecMode)
+			}
+			second, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Release()
+			if m := second.Conn().Config().DefaultQueryExecMode; m != tc.second {
+				t.Fatalf("second connection: %v, want %v", m, tc.second)
+			}
+			var n int
+			if err := second.QueryRow(ctx, "SELECT $1::int", 7).Scan(&n); err != nil || n != 7 {
+				t.Fatalf("query on the second connection: %v %d", err, n)
+			}
+		})
+	}
+}

@@ -31,7 +31,10 @@ type guard struct {
 	// only statement pooling does: detection then concludes Statement.
 	statementPooling atomic.Bool
 
-	admin       adminProbe    // the admin console's answer, shared
+	admin adminProbe // the admin console's answer, shared
+	// lastSafe: the most recent connection was direct or session pooling,
+	// so a new one may keep pgx's cache_statement (beforeConnect).
+	lastSafe    atomic.Bool
 	released    releasedLocks // session locks the leak guard released
 	warnAssumed sync.Once     // the "pool mode unknown" line, once
 }
@@ -178,7 +181,9 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 				return nil, err
 			}
 		}
-		return newGuardConn(g, conn), nil
+		gc := newGuardConn(g, conn)
+		gc.execMode = g.execMode
+		return gc, nil
 	}
 	prevAfter := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
@@ -204,8 +209,18 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if cfg == nil || cfg.ConnConfig == nil {
 		return errors.New("pgadvisory: ConfigurePool: nil config (create it with pgxpool.ParseConfig)")
 	}
-	if err := ConfigureConn(cfg.ConnConfig, opts...); err != nil {
+	g, err := configureConn(cfg.ConnConfig, opts)
+	if err != nil {
 		return err
+	}
+	prevBefore := cfg.BeforeConnect
+	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if prevBefore != nil {
+			if err := prevBefore(ctx, cc); err != nil {
+				return err
+			}
+		}
+		return g.beforeConnect(ctx, cc)
 	}
 	prev := cfg.PrepareConn
 	if prev == nil && cfg.BeforeAcquire != nil {
@@ -319,4 +334,32 @@ func releaseLeaks(ctx context.Context, conn *pgx.Conn) bool {
 		gc.g.leaked(ctx, m, le)
 	}
 	return keep
+}
+
+// beforeConnect is the BeforeConnect hook of the guard's pool and
+// database/sql connector: when the user did not choose an exec mode and the
+// most recent connection proved direct or session pooling, the next one
+// keeps pgx's default cache_statement (named statements, parsed once)
+// instead of the safe mode. If it lands behind a pooler after all, its
+// detection fails the connection (UnsafeExecModeError) and the next one
+// gets the safe mode again.
+func (g *guard) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
+	if g.explicitExec || g.cfg.declared != poolmode.Unknown || g.cfg.preparedOK {
+		return nil
+	}
+	if !g.lastSafe.Load() {
+		return nil
+	}
+	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+	// Tell this connection's guard (pgx copies the config on its way to
+	// AfterNetConnect, so the hook carries it).
+	next := cc.AfterNetConnect
+	cc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		nc, err := next(ctx, pc, conn)
+		if gc, ok := nc.(*guardConn); ok {
+			gc.execMode = pgx.QueryExecModeCacheStatement
+		}
+		return nc, err
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
@@ -94,7 +95,8 @@ func (e *ProtocolError) Error() string {
 // wrapped connection.
 type guardConn struct {
 	net.Conn
-	g *guard
+	g        *guard
+	execMode pgx.QueryExecMode // this connection's default exec mode
 
 	// Write side (held while writing).
 	wmu     sync.Mutex
