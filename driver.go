@@ -183,6 +183,15 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	pgxConn := pgxConnOf(inner)
+	if gc := guardOf(pgxConn); gc != nil && c.g.upgradable(gc) {
+		// The connector's first connection proved direct: open one that
+		// keeps pgx's cache_statement instead (once per connector).
+		inner.Close()
+		if inner, err = c.inner.Connect(ctx); err != nil {
+			return nil, err
+		}
+		pgxConn = pgxConnOf(inner)
+	}
 	if gc := guardOf(pgxConn); gc != nil {
 		m, ev, _ := gc.PoolMode()
 		c.remember(m, ev)

@@ -114,10 +114,12 @@ func TestIntegrationGuardDetect(t *testing.T) {
 	})
 }
 
-// TestIntegrationGuardExecModeLearned: without a declared mode the first
-// connection uses the safe exec mode; once a connection proved direct, the
-// next ones keep pgx's cache_statement (named statements, parsed once).
-// Behind a pooler every connection keeps the safe mode.
+// TestIntegrationGuardExecModeLearned: without a declared mode a
+// connection is opened with the safe exec mode; once one proved direct,
+// the connections handed out keep pgx's cache_statement (named statements,
+// parsed once) — the first is replaced once, by the pool and by the
+// database/sql connector. Behind a pooler every connection keeps the safe
+// mode.
 func TestIntegrationGuardExecModeLearned(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
@@ -131,13 +133,15 @@ func TestIntegrationGuardExecModeLearned(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := guardedPool(t, tc.dsn)
+			// The pool's first connection, opened before any proved direct,
+			// is replaced at its first acquire once it has.
 			first, err := pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer first.Release()
-			if m := first.Conn().Config().DefaultQueryExecMode; m != pgadvisory.DefaultSafeExecMode {
-				t.Fatalf("first connection: %v, want %v", m, pgadvisory.DefaultSafeExecMode)
+			if m := first.Conn().Config().DefaultQueryExecMode; m != tc.second {
+				t.Fatalf("first connection handed out: %v, want %v", m, tc.second)
 			}
 			second, err := pool.Acquire(ctx)
 			if err != nil {
@@ -152,5 +156,26 @@ func TestIntegrationGuardExecModeLearned(t *testing.T) {
 				t.Fatalf("query on the second connection: %v %d", err, n)
 			}
 		})
+	}
+}
+
+// TestIntegrationDriverExecModeLearned: the database/sql connector's first
+// connection on a direct database runs pgx's cache_statement.
+func TestIntegrationDriverExecModeLearned(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	db := openT(t, c.DirectDSN())
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		if m := dc.(interface{ Conn() *pgx.Conn }).Conn().Config().DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+			t.Errorf("exec mode %v, want cache_statement on a direct connection", m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -233,6 +233,11 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		if !releaseLeaks(ctx, conn) {
 			return false, nil // destroyed; pgxpool retries on another connection
 		}
+		if gc := guardOf(conn); gc != nil && g.upgradable(gc) {
+			// The pool's first connection, opened before any proved
+			// direct: replace it with one that keeps cache_statement.
+			return false, nil
+		}
 		if prev != nil {
 			return prev(ctx, conn)
 		}
@@ -334,6 +339,14 @@ func releaseLeaks(ctx context.Context, conn *pgx.Conn) bool {
 		gc.g.leaked(ctx, m, le)
 	}
 	return keep
+}
+
+// upgradable reports whether gc runs the safe exec mode only because no
+// connection had proved direct when it was opened, and one has since: a
+// new connection would keep pgx's cache_statement.
+func (g *guard) upgradable(gc *guardConn) bool {
+	return !g.explicitExec && g.cfg.declared == poolmode.Unknown && !g.cfg.preparedOK &&
+		g.lastSafe.Load() && gc.execMode != pgx.QueryExecModeCacheStatement
 }
 
 // beforeConnect is the BeforeConnect hook of the guard's pool and

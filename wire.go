@@ -118,6 +118,7 @@ type guardConn struct {
 	seq           uint64
 	taken         map[string]int // argument keys of locks rewritten in this transaction
 	sessionLocked bool           // a session-level lock may be held (leak guard)
+	namedUnlocks  map[string]namedUnlock
 	// reading is how the server reads statement text (from
 	// ParameterStatus); settingsInFlux says a statement written since the
 	// last ReadyForQuery may change it.
@@ -434,6 +435,11 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		if !ok {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "statement name not terminated"}
 		}
+		if stmt != "" && len(c.namedUnlocks) > 0 && !c.pooled() {
+			if repl := c.boundUnlock(stmt, msg); repl != nil {
+				return repl, nil
+			}
+		}
 		if c.pooled() && !c.g.cfg.preparedOK {
 			if stmt != "" {
 				return c.refuse(t, c.unsafeStatement(stmt, "")), nil
@@ -520,8 +526,15 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 	for _, w := range d.warnings {
 		c.g.warn(w, c.mode, text)
 	}
-	if d.err == nil && !c.pooled() && c.g.released.n.Load() > 0 {
-		d.err = c.releasedUnlock(text, r, bind)
+	if d.err == nil && !c.pooled() {
+		if c.g.released.n.Load() > 0 {
+			d.err = c.releasedUnlock(text, r.Calls, bind)
+		}
+		if d.err == nil && t == 'P' && name != "" && hasUnlock(r.Calls) {
+			// Its Bind comes in a later unit (cache_statement): check the
+			// key there.
+			c.rememberUnlock(name, text, r.Calls)
+		}
 	}
 	if d.err != nil {
 		return c.refuse(t, d.err)
@@ -1262,8 +1275,8 @@ func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(
 
 // releasedUnlock returns a *ReleasedLockError for an unlock of a key the
 // leak guard released, or nil.
-func (c *guardConn) releasedUnlock(text string, r lockscan.Result, bind *bindMsg) error {
-	for _, call := range r.Calls {
+func (c *guardConn) releasedUnlock(text string, calls []lockscan.Call, bind *bindMsg) error {
+	for _, call := range calls {
 		if call.Op != lockscan.OpUnlock || call.Kind != lockscan.KindCall {
 			continue
 		}
@@ -1334,4 +1347,51 @@ func isPoolerRefusal(body []byte) bool {
 		return false
 	}
 	return e.Code == "08P01" && e.Message == statementPoolingRefusal
+}
+
+// namedUnlock is a named prepared statement that unlocks: its keys are
+// known only at each Bind.
+type namedUnlock struct {
+	text  string
+	calls []lockscan.Call
+}
+
+// maxNamedUnlocks bounds the named unlock statements remembered per
+// connection.
+const maxNamedUnlocks = 64
+
+func hasUnlock(calls []lockscan.Call) bool {
+	for _, call := range calls {
+		if call.Op == lockscan.OpUnlock && call.Kind == lockscan.KindCall {
+			return true
+		}
+	}
+	return false
+}
+
+// rememberUnlock keeps a named unlock statement for its Binds. c.mu held.
+func (c *guardConn) rememberUnlock(name, text string, calls []lockscan.Call) {
+	if c.namedUnlocks == nil {
+		c.namedUnlocks = make(map[string]namedUnlock)
+	}
+	if len(c.namedUnlocks) >= maxNamedUnlocks {
+		for k := range c.namedUnlocks {
+			delete(c.namedUnlocks, k)
+			break
+		}
+	}
+	c.namedUnlocks[strings.Clone(name)] = namedUnlock{text: text, calls: calls}
+}
+
+// boundUnlock checks the Bind msg of a remembered named unlock statement
+// against the locks the leak guard released. c.mu held.
+func (c *guardConn) boundUnlock(stmt string, msg []byte) []byte {
+	u, ok := c.namedUnlocks[stmt]
+	if !ok || c.g.released.n.Load() == 0 {
+		return nil
+	}
+	if err := c.releasedUnlock(u.text, u.calls, parseBind(msg)); err != nil {
+		return c.refuse('B', err)
+	}
+	return nil
 }
