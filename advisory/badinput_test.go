@@ -118,21 +118,29 @@ func TestHugeTimeoutLocks(t *testing.T) {
 	}
 }
 
-// Release is idempotent: the second call returns nil and sends nothing.
-func TestReleaseTwice(t *testing.T) {
+// heldSessionMock holds session lock 7 through go-sqlmock, which expects
+// exactly one unlock of it.
+func heldSessionMock(t *testing.T) (*SessionLock, sqlmock.Sqlmock) {
+	t.Helper()
 	db, mock, err := sqlmock.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	mock.ExpectQuery(`^SELECT pg_backend_pid\(\)$`).WillReturnRows(sqlmock.NewRows([]string{"pid"}).AddRow(42))
 	mock.ExpectExec(`pg_advisory_lock\(\$1\)`).WithArgs(int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectQuery(`pg_advisory_unlock\(\$1\)`).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
-	ctx := context.Background()
-	l, err := HoldSession(ctx, db, IntKey(7), WithPoolMode(poolmode.Direct), WithHealthInterval(time.Hour))
+	l, err := HoldSession(context.Background(), db, IntKey(7), WithPoolMode(poolmode.Direct), WithHealthInterval(time.Hour))
 	if err != nil {
 		t.Fatalf("HoldSession: %v", err)
 	}
+	return l, mock
+}
+
+// Release is idempotent: the second call returns nil and sends nothing.
+func TestReleaseTwice(t *testing.T) {
+	ctx := context.Background()
+	l, mock := heldSessionMock(t)
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("first Release: %v", err)
 	}

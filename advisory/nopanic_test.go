@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/DATA-DOG/go-sqlmock"
-
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -120,19 +118,8 @@ func TestNoPanicOnBadInput(t *testing.T) {
 // Release with a nil context is an error and keeps the lock: a later
 // Release with a context unlocks it (sqlmock expects exactly one unlock).
 func TestReleaseNilContextKeepsTheLock(t *testing.T) {
-	db, mock, err := sqlmock.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	mock.ExpectQuery(`^SELECT pg_backend_pid\(\)$`).WillReturnRows(sqlmock.NewRows([]string{"pid"}).AddRow(42))
-	mock.ExpectExec(`pg_advisory_lock\(\$1\)`).WithArgs(int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
-	mock.ExpectQuery(`pg_advisory_unlock\(\$1\)`).WithArgs(int64(7)).WillReturnRows(sqlmock.NewRows([]string{"ok"}).AddRow(true))
 	ctx := context.Background()
-	l, err := HoldSession(ctx, db, IntKey(7), WithPoolMode(poolmode.Direct), WithHealthInterval(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, mock := heldSessionMock(t)
 	var nilCtx context.Context
 	if err := l.Release(nilCtx); err == nil || !strings.Contains(err.Error(), "nil context") {
 		t.Fatalf("Release(nil) = %v; want a nil-context error", err)
