@@ -4,7 +4,7 @@ GOFLAGS  ?=
 TIMEOUT  ?= 30m
 TESTFLAGS ?=
 
-.PHONY: help demo test test-nocgo test-unit lint bench bench-go faults pgx-suites
+.PHONY: help demo test test-nocgo test-unit lint bench bench-go faults pgx-suites toolcheck
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,3 +44,6 @@ faults: ## run the fault-injection tests and print their results as the README's
 PGXSUITE_FLAGS ?= -out out/pgx-suites
 pgx-suites: ## pgx's own stdlib and pgxpool tests, plain and through pgadvisory (direct and PgBouncer session); fails on a regression
 	$(GO) run ./internal/pgxsuite $(PGXSUITE_FLAGS)
+
+toolcheck: ## golang-migrate, goose and tern from three processes through PgBouncer (separate module toolcheck/; not part of make test yet)
+	cd toolcheck && $(GO) test $(GOFLAGS) $(TESTFLAGS) -timeout 20m -count=1 ./...
