@@ -256,12 +256,12 @@ func (c *Conn) Begin() (driver.Tx, error) {
 // BeginTx starts a transaction on the inner connection. Through the guard
 // the BEGIN is deferred to the transaction's first statement
 // (WithPipelineBegin). Behind statement pooling it is refused (policies
-// reject and rewrite) with a *StatementPoolingError: the pooler cannot run
+// reject, rewrite and hold) with a *StatementPoolingError: the pooler cannot run
 // a multi-statement transaction.
 func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if c.PoolMode() == poolmode.Statement {
 		switch c.c.cfg.policy {
-		case PolicyReject, PolicyRewrite:
+		case PolicyReject, PolicyRewrite, PolicyHold:
 			return nil, &StatementPoolingError{What: "transaction"}
 		case PolicyWarn:
 			c.warn(ctx, "pgadvisory: transaction begun behind statement pooling (policy warn)", "BEGIN")
@@ -308,7 +308,12 @@ func (c *Conn) Ping(ctx context.Context) error {
 }
 
 // IsValid delegates to the inner connection (true when it cannot tell).
+// database/sql calls it when the connection goes back to the pool: session
+// locks the guard holds for it (PolicyHold) are released then.
 func (c *Conn) IsValid() bool {
+	if c.gc != nil {
+		c.gc.resetHolds()
+	}
 	if c.validator == nil {
 		return true
 	}
@@ -330,6 +335,9 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 		}
 	}
 	c.inTx, c.txRewrote = false, false
+	if c.gc != nil {
+		c.gc.resetHolds()
+	}
 	locked := c.sessionLocked
 	c.sessionLocked = false
 	if c.gc != nil {

@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pgadvisory/pgadvisory/poolmode"
@@ -49,7 +50,84 @@ var (
 	// (directly or behind session pooling): the code between the lock and
 	// the unlock ran without it.
 	ErrLockReleased = errors.New("pgadvisory: session lock already released by the leak guard")
+
+	// ErrLockLost: a session lock the guard held for this connection
+	// (PolicyHold) is gone: its holder connection ended (the server or the
+	// pooler restarted, the backend was terminated,
+	// idle_in_transaction_session_timeout). The statement that gets it was
+	// not sent; the next one runs.
+	ErrLockLost = errors.New("pgadvisory: held advisory lock lost")
+
+	// ErrHoldLimit: taking the lock would hold more keys than WithHoldLimits
+	// allows, per connection or for the whole config. Nothing was taken.
+	ErrHoldLimit = errors.New("pgadvisory: too many held advisory locks")
+
+	// ErrHoldFailed: the guard could not hold a session lock for this
+	// connection (its holder connection failed). Nothing was taken.
+	ErrHoldFailed = errors.New("pgadvisory: advisory lock could not be held")
 )
+
+// LockLostError answers the first statement after held session locks were
+// lost (PolicyHold).
+type LockLostError struct {
+	// Keys are the lost keys, for example "(42)" or "(1, 2)".
+	Keys []string
+	// Cause is why the holder connection ended.
+	Cause error
+}
+
+func (e *LockLostError) Error() string {
+	if len(e.Keys) == 0 {
+		return fmt.Sprintf("pgadvisory: held advisory locks lost: the connection ended: %v", e.Cause)
+	}
+	return fmt.Sprintf("pgadvisory: held advisory lock %s lost: its holder connection ended: %v", strings.Join(e.Keys, ", "), e.Cause)
+}
+
+// Unwrap returns ErrLockLost and the cause.
+func (e *LockLostError) Unwrap() []error { return []error{ErrLockLost, e.Cause} }
+
+// HoldLimitError refuses a lock past WithHoldLimits.
+type HoldLimitError struct {
+	// Limit is the cap that was reached.
+	Limit int
+	// PerConnection says it is the cap of one connection (else of the
+	// config: a pgxpool.Pool or sql.DB).
+	PerConnection bool
+}
+
+func (e *HoldLimitError) Error() string {
+	scope := "all connections of this config"
+	if e.PerConnection {
+		scope = "one connection"
+	}
+	return fmt.Sprintf("pgadvisory: %s may hold at most %d advisory lock keys under policy hold (each holds a server connection of the pooler); release one, or raise the cap with WithHoldLimits or pgadvisory_hold_max_per_conn / pgadvisory_hold_max", scope, e.Limit)
+}
+
+// Unwrap returns ErrHoldLimit.
+func (e *HoldLimitError) Unwrap() error { return ErrHoldLimit }
+
+// HoldError reports that a session lock could not be held: the holder
+// connection could not be opened or failed.
+type HoldError struct {
+	// Func is the lock function, Key the lock's key.
+	Func, Key string
+	// Err is the holder connection's error.
+	Err error
+}
+
+func (e *HoldError) Error() string {
+	return fmt.Sprintf("pgadvisory: %s%s could not be held behind transaction pooling: holder connection: %v", e.Func, e.Key, e.Err)
+}
+
+// Unwrap returns ErrHoldFailed and the holder's error.
+func (e *HoldError) Unwrap() []error { return []error{ErrHoldFailed, e.Err} }
+
+// lockTimeoutError is a held lock's wait past the session's lock_timeout:
+// the client reads PostgreSQL's own error (SQLSTATE 55P03).
+type lockTimeoutError struct{}
+
+func (lockTimeoutError) Error() string    { return "canceling statement due to lock timeout" }
+func (lockTimeoutError) SQLState() string { return "55P03" }
 
 // ReleasedLockError answers an unlock of a session lock that the leak
 // guard released when its connection went back to the pool (WithLeakAction
@@ -109,7 +187,10 @@ func (e *SessionLockError) Error() string {
 		why = "the unlock would run on whichever server backend the pooler picks and may release another client's lock"
 	}
 	extra := ""
-	if e.Policy == PolicyRewrite && !e.InTx {
+	switch {
+	case (e.Policy == PolicyRewrite || e.Policy == PolicyHold) && !e.InTx && e.Mode == poolmode.Transaction:
+		extra = " (in autocommit, policy " + e.Policy.String() + " holds only a statement that is one lock call with integer literal or bound keys, such as SELECT pg_advisory_lock($1))"
+	case e.Policy == PolicyRewrite && !e.InTx:
 		extra = " (policy rewrite only rewrites inside a transaction: in autocommit a transaction-level lock is released when the statement ends)"
 	}
 	return fmt.Sprintf("pgadvisory: %s at position %d refused under %s: %s; %s, or use advisory.WithXactLock%s",

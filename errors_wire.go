@@ -24,6 +24,9 @@ const (
 	SQLStateUnscannable      = "PA004" // *UnscannableError, ErrUnscannable
 	SQLStateUnsafeStatement  = "PA005" // *UnsafeStatementError, ErrUnsafeExecMode
 	SQLStateLockReleased     = "PA006" // *ReleasedLockError, ErrLockReleased
+	SQLStateLockLost         = "PA007" // *LockLostError, ErrLockLost
+	SQLStateHoldLimit        = "PA008" // *HoldLimitError, ErrHoldLimit
+	SQLStateHoldFailed       = "PA009" // *HoldError, ErrHoldFailed
 )
 
 // UnsafeStatementError refuses a prepared statement that cannot work behind
@@ -60,6 +63,9 @@ func (e *DynamicSQLError) position() int       { return e.Position }
 
 // sqlStateOf returns the SQLSTATE the guard answers err with.
 func sqlStateOf(err error) string {
+	if st, ok := err.(interface{ SQLState() string }); ok {
+		return st.SQLState() // PostgreSQL's own error (a held lock's lock_timeout)
+	}
 	switch {
 	case errors.Is(err, ErrSessionLock):
 		return SQLStateSessionLock
@@ -71,6 +77,12 @@ func sqlStateOf(err error) string {
 		return SQLStateUnscannable
 	case errors.Is(err, ErrLockReleased):
 		return SQLStateLockReleased
+	case errors.Is(err, ErrLockLost):
+		return SQLStateLockLost
+	case errors.Is(err, ErrHoldLimit):
+		return SQLStateHoldLimit
+	case errors.Is(err, ErrHoldFailed):
+		return SQLStateHoldFailed
 	}
 	return SQLStateUnsafeStatement
 }
@@ -82,6 +94,9 @@ var sentinelOf = map[string]error{
 	SQLStateUnscannable:      ErrUnscannable,
 	SQLStateUnsafeStatement:  ErrUnsafeExecMode,
 	SQLStateLockReleased:     ErrLockReleased,
+	SQLStateLockLost:         ErrLockLost,
+	SQLStateHoldLimit:        ErrHoldLimit,
+	SQLStateHoldFailed:       ErrHoldFailed,
 }
 
 // refusals keeps the typed errors of recent refusals, so that Refusal can

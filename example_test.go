@@ -92,5 +92,5 @@ func ExampleNewConnector() {
 func ExampleNewConnector_invalid() {
 	_, err := pgadvisory.NewConnector("postgres://app:secret@localhost/app?pgadvisory_policy=block")
 	fmt.Println(err)
-	// Output: pgadvisory: invalid value "block" for DSN parameter pgadvisory_policy (accepted: reject, rewrite, warn, allow)
+	// Output: pgadvisory: invalid value "block" for DSN parameter pgadvisory_policy (accepted: reject, rewrite, warn, allow, hold)
 }

@@ -22,6 +22,12 @@ func guardedPool(t *testing.T, dsn string, opts ...pgadvisory.Option) *pgxpool.P
 	if err != nil {
 		t.Fatal(err)
 	}
+	return guardedPoolConfig(t, cfg)
+}
+
+// guardedPoolConfig opens a pgxpool from a config the guard configured.
+func guardedPoolConfig(t *testing.T, cfg *pgxpool.Config) *pgxpool.Pool {
+	t.Helper()
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +296,10 @@ func TestIntegrationGuardRewrite(t *testing.T) {
 			if n := advisoryHolders(t, c, key); n != 0 {
 				t.Fatalf("%d holders of key %d after COMMIT", n, key)
 			}
-			// Outside a transaction, rewrite refuses.
-			sql, args = q("SELECT pg_advisory_lock(%s)", key)
+			// Outside a transaction, rewrite refuses a statement that is more
+			// than one lock call (one lock call alone is held:
+			// hold_integration_test.go).
+			sql, args = q("SELECT pg_advisory_lock(%s), 1", key)
 			_, err = pool.Exec(ctx, sql, args...)
 			wantRefusal(t, err, pgadvisory.ErrSessionLock)
 		})

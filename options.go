@@ -26,20 +26,40 @@ const (
 	// sent. The default.
 	PolicyReject Policy = iota
 	// PolicyRewrite rewrites session-level lock calls to their
-	// transaction-level twins inside an explicit transaction (and turns the
-	// matching unlocks into no-ops that return true); outside a transaction
-	// it rejects like PolicyReject.
+	// transaction-level twins inside an explicit transaction (an unlock of a
+	// key the transaction took returns true, of any other key false).
+	// Outside a transaction it holds a statement that is one lock call, as
+	// PolicyHold does, and rejects every other statement with a session lock
+	// like PolicyReject.
 	PolicyRewrite
 	// PolicyWarn logs the statement (slog, level WARN) and sends it as is.
 	PolicyWarn
 	// PolicyAllow sends the statement as is.
 	PolicyAllow
+	// PolicyHold keeps session locks working behind transaction pooling: a
+	// statement that is one session-level lock call and nothing else
+	// (SELECT pg_advisory_lock($1), pg_try_advisory_lock(42) AS ok,
+	// pg_advisory_unlock($1), pg_advisory_unlock_all(), shared and two-key
+	// forms, integer literals or bound parameters) is held by the guard: a
+	// server connection of its own, through the same pooler, keeps the lock
+	// in an open transaction until the client unlocks it, closes its
+	// connection or its pool resets it. The client sees what PostgreSQL
+	// shows a session: lock waits, try-lock returns true or false, locks
+	// count re-entrantly, unlock returns false (with PostgreSQL's WARNING)
+	// for a key not held. If a holder connection ends, the next statement
+	// fails with *LockLostError. Each held key costs one server connection
+	// of the pooler while held (WithHoldLimits caps them); a waiting lock
+	// polls with pg_try_advisory_xact_lock and pins none. Inside a
+	// transaction, other statements are rewritten as under PolicyRewrite;
+	// in autocommit they are rejected. Behind statement pooling, which
+	// cannot keep a transaction open, it rejects.
+	PolicyHold
 )
 
 // DefaultPolicy is the policy when none is given.
 const DefaultPolicy = PolicyReject
 
-var policyNames = [...]string{PolicyReject: "reject", PolicyRewrite: "rewrite", PolicyWarn: "warn", PolicyAllow: "allow"}
+var policyNames = [...]string{PolicyReject: "reject", PolicyRewrite: "rewrite", PolicyWarn: "warn", PolicyAllow: "allow", PolicyHold: "hold"}
 
 // String returns the name accepted by the pgadvisory_policy DSN parameter.
 func (p Policy) String() string {
@@ -49,7 +69,7 @@ func (p Policy) String() string {
 	return policyNames[p]
 }
 
-// ParsePolicy parses "reject", "rewrite", "warn" or "allow".
+// ParsePolicy parses "reject", "rewrite", "warn", "allow" or "hold".
 func ParsePolicy(s string) (Policy, error) {
 	for i, n := range policyNames {
 		if s == n {
@@ -138,13 +158,16 @@ type config struct {
 	scanCacheSize int
 	admin         *pgconn.Config
 	pipelineBegin bool
+	holdPerConn   int // PolicyHold: keys one connection may hold
+	holdPerGuard  int // PolicyHold: keys all connections of the config may hold
 
 	// admin parts from the DSN, assembled in finish.
 	adminDSN, adminUser, adminPassword, adminHost, adminPort, adminDatabase string
 }
 
 func defaultConfig() config {
-	return config{policy: DefaultPolicy, safeExecMode: DefaultSafeExecMode, scanCacheSize: DefaultScanCacheSize, pipelineBegin: DefaultPipelineBegin}
+	return config{policy: DefaultPolicy, safeExecMode: DefaultSafeExecMode, scanCacheSize: DefaultScanCacheSize, pipelineBegin: DefaultPipelineBegin,
+		holdPerConn: DefaultHoldPerConn, holdPerGuard: DefaultHoldPerGuard}
 }
 
 // WithPoolMode declares the pool mode instead of detecting it. Unknown means
@@ -260,6 +283,24 @@ func WithPipelineBegin(on bool) Option {
 	return func(c *config) error { c.pipelineBegin = on; return nil }
 }
 
+// WithHoldLimits caps the session locks PolicyHold (and PolicyRewrite in
+// autocommit) keeps: how many distinct keys one connection may hold, and
+// how many all connections of this config (a pgxpool.Pool, a sql.DB) may
+// hold together. Each held key keeps one server connection of the pooler
+// in a transaction, so keep the total below the pooler's pool size. A
+// lock past a cap fails with *HoldLimitError. Defaults DefaultHoldPerConn
+// and DefaultHoldPerGuard. DSN: pgadvisory_hold_max_per_conn,
+// pgadvisory_hold_max.
+func WithHoldLimits(perConn, total int) Option {
+	return func(c *config) error {
+		if perConn < 1 || total < 1 {
+			return fmt.Errorf("pgadvisory: WithHoldLimits: limits must be at least 1 (got %d per connection, %d in all)", perConn, total)
+		}
+		c.holdPerConn, c.holdPerGuard = perConn, total
+		return nil
+	}
+}
+
 // WithAdminConsole gives the PgBouncer admin console to ask for the pool
 // mode during detection, as a connection string (database "pgbouncer").
 func WithAdminConsole(dsn string) Option {
@@ -299,17 +340,19 @@ func safeExecMode(m pgx.QueryExecMode) bool {
 // pgx connects.
 const (
 	ParamPoolMode           = "pgadvisory_pool_mode"           // auto|direct|session|transaction|statement
-	ParamPolicy             = "pgadvisory_policy"              // reject|rewrite|warn|allow
+	ParamPolicy             = "pgadvisory_policy"              // reject|rewrite|warn|allow|hold
 	ParamDynamic            = "pgadvisory_dynamic"             // warn|reject|allow
 	ParamLeakAction         = "pgadvisory_leak_action"         // release|discard
 	ParamPreparedStatements = "pgadvisory_prepared_statements" // true|false
 	ParamAdminDSN           = "pgadvisory_admin_dsn"           // full admin-console connection string
 	ParamAdminUser          = "pgadvisory_admin_user"
 	ParamAdminPassword      = "pgadvisory_admin_password"
-	ParamAdminHost          = "pgadvisory_admin_host"     // default: the DSN's host
-	ParamAdminPort          = "pgadvisory_admin_port"     // default: the DSN's port
-	ParamAdminDatabase      = "pgadvisory_admin_database" // default: pgbouncer
-	ParamPipelineBegin      = "pgadvisory_pipeline_begin" // true|false (default true)
+	ParamAdminHost          = "pgadvisory_admin_host"        // default: the DSN's host
+	ParamAdminPort          = "pgadvisory_admin_port"        // default: the DSN's port
+	ParamAdminDatabase      = "pgadvisory_admin_database"    // default: pgbouncer
+	ParamPipelineBegin      = "pgadvisory_pipeline_begin"    // true|false (default true)
+	ParamHoldMaxPerConn     = "pgadvisory_hold_max_per_conn" // keys one connection may hold (policy hold)
+	ParamHoldMax            = "pgadvisory_hold_max"          // keys all connections may hold (policy hold)
 )
 
 var secretParams = map[string]bool{ParamAdminPassword: true, ParamAdminDSN: true}
@@ -402,6 +445,16 @@ func (c *config) applyParam(k, v string) error {
 			return paramError(k, v, "true, false")
 		}
 		c.pipelineBegin = b
+	case ParamHoldMaxPerConn, ParamHoldMax:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return paramError(k, v, "a positive number of keys")
+		}
+		if k == ParamHoldMax {
+			c.holdPerGuard = n
+		} else {
+			c.holdPerConn = n
+		}
 	case ParamAdminDSN:
 		c.adminDSN = v
 	case ParamAdminUser:

@@ -37,6 +37,16 @@ type guard struct {
 	lastSafe    atomic.Bool
 	released    releasedLocks // session locks the leak guard released
 	warnAssumed sync.Once     // the "pool mode unknown" line, once
+
+	// PolicyHold: the holder connections, and the AfterNetConnect that was
+	// set before the guard's (holders connect with it, without the guard).
+	holders holderPool
+	prevNet func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)
+}
+
+// holdEnabled reports whether the policy holds lone session-lock calls.
+func (g *guard) holdEnabled() bool {
+	return g.cfg.policy == PolicyHold || g.cfg.policy == PolicyRewrite
 }
 
 // statementPoolingRefusal is PgBouncer's message for a transaction behind
@@ -174,6 +184,7 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	}
 	g.execMode = cfg.DefaultQueryExecMode
 	prevNet := cfg.AfterNetConnect
+	g.prevNet = prevNet
 	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		if prevNet != nil {
 			var err error
@@ -183,6 +194,10 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		}
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
+		gc.pc = pc
+		if g.holdEnabled() {
+			gc.lockTimeout = startupLockTimeout(pc)
+		}
 		return gc, nil
 	}
 	prevAfter := cfg.AfterConnect
@@ -227,9 +242,26 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		before := cfg.BeforeAcquire
 		prev = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
-	// Not AfterRelease: with that hook set, pgxpool returns connections
-	// from a goroutine, and the next Acquire may open a new connection.
+	// Not AfterRelease for the leak guard: with that hook set, pgxpool
+	// returns connections from a goroutine, and the next Acquire may open a
+	// new connection. Held locks (PolicyHold) must end when the connection
+	// goes back, though: for those policies AfterRelease releases them.
+	if g.holdEnabled() {
+		prevRelease := cfg.AfterRelease
+		cfg.AfterRelease = func(conn *pgx.Conn) bool {
+			if gc := guardOf(conn); gc != nil {
+				gc.resetHolds()
+			}
+			if prevRelease != nil {
+				return prevRelease(conn)
+			}
+			return true
+		}
+	}
 	cfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if gc := guardOf(conn); gc != nil {
+			gc.resetHolds() // a conn released before AfterRelease ran (none otherwise)
+		}
 		if !releaseLeaks(ctx, conn) {
 			return false, nil // destroyed; pgxpool retries on another connection
 		}

@@ -111,7 +111,7 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 			d.warnings = append(d.warnings, notice{"pgadvisory: session-level advisory lock function sent behind " + in.mode.String() + " pooling (policy warn): it may leak to another client",
 				[]slog.Attr{slog.String("func", call.Func), slog.Int("position", call.Start+1)}})
 			continue
-		case PolicyRewrite:
+		case PolicyRewrite, PolicyHold:
 			if !in.inTx || in.mode == poolmode.Statement || call.Kind != lockscan.KindCall || definesCode(query, call.Start) {
 				// Rewriting is for calls that run now, in this transaction:
 				// never edit a function body or DO block (stored DDL would

@@ -227,8 +227,9 @@ func testTLSRewrite(t *testing.T, c *pgbouncer.Cluster, bouncer string) {
 	if n := advisoryHolders(t, c, key); n != 0 {
 		t.Fatalf("%d holders of key %d after COMMIT: the lock was taken at session level", n, key)
 	}
-	// Outside a transaction rewrite refuses, over TLS as in plaintext.
-	_, err = pool.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key))
+	// Outside a transaction rewrite refuses more than a lone lock call, over
+	// TLS as in plaintext.
+	_, err = pool.Exec(ctx, "SELECT pg_advisory_lock($1), 1", int64(key))
 	wantRefusal(t, err, pgadvisory.ErrSessionLock)
 	if n := advisoryHolders(t, c, key); n != 0 {
 		t.Fatalf("%d holders of key %d after the refusal", n, key)

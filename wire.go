@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
@@ -139,6 +140,20 @@ type guardConn struct {
 	interrupted  bool
 	readDeadline time.Time // the caller's
 
+	// Held session locks (PolicyHold; hold.go).
+	pc                 *pgconn.Config                // the connection's config, for holder connections
+	hold               *holdPlan                     // a lone lock call planned by frontend, run by Write (wmu)
+	holds              *heldLocks                    // wmu
+	heldCount          atomic.Int32                  // keys in holds, for the read side
+	lastLost           atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
+	unnamedHoldStandIn bool                          // the unnamed statement is a described stand-in
+	lockTimeout        time.Duration                 // the session's lock_timeout, as far as the guard saw it
+	holdNotices        []localReply                  // WARNINGs to show before ReadyForQuery number after
+	holdCancel         func()                        // ends a hold's wait
+	holdTimer          *time.Timer
+	writeDeadline      time.Time
+	closed             bool
+
 	// Read side (held while reading).
 	rmu     sync.Mutex
 	rskip   int    // body bytes of a passed-through backend message still to come
@@ -225,18 +240,24 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		data = append(c.wpart, b...)
 		c.wpart = nil
 	}
+	c.hold = nil
 	out, err := c.frontend(data)
 	if err != nil {
 		return 0, err
 	}
+	if c.hold != nil {
+		if err := c.finishHold(out); err != nil {
+			return 0, err
+		}
+	}
 	if out == nil {
 		if _, err := c.Conn.Write(data); err != nil {
-			return 0, err
+			return 0, c.lostWith(err)
 		}
 		return len(b), nil
 	}
 	if err := writeBuffers(c.Conn, out); err != nil {
-		return 0, err
+		return 0, c.lostWith(err)
 	}
 	return len(b), nil
 }
@@ -416,6 +437,7 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		}
 		if name == "" {
 			c.unit.parsedUnnamed = true
+			c.unnamedHoldStandIn = false
 		} else if c.pooled() && !c.g.cfg.preparedOK {
 			return c.refuse(t, c.unsafeStatement(name, text)), nil
 		}
@@ -439,6 +461,12 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 			if repl := c.boundUnlock(stmt, msg); repl != nil {
 				return repl, nil
 			}
+		}
+		if stmt == "" && !c.unit.parsedUnnamed && c.unnamedHoldStandIn {
+			// The unnamed statement is the stand-in of a lock call, parsed
+			// to be described: bound without its Parse, nothing would hold
+			// the lock.
+			return c.refuse(t, c.unsafeStatement("", "")), nil
 		}
 		if c.pooled() && !c.g.cfg.preparedOK {
 			if stmt != "" {
@@ -470,9 +498,17 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 // the rest of its body (the parameter type list) and bind the bytes from
 // the Bind written right after it, if any.
 func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bindBytes []byte) []byte {
+	if c.holds != nil {
+		if err := c.takeLost(); err != nil {
+			return c.refuse(t, err)
+		}
+	}
+	if c.g.holdEnabled() && containsFold(text, "lock_timeout") {
+		c.trackLockTimeout(text)
+	}
 	switch transactionEffect(text) {
 	case txOpens:
-		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite) {
+		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite || c.g.cfg.policy == PolicyHold) {
 			return c.refuse(t, &StatementPoolingError{What: "transaction"})
 		}
 		defer func() { c.predicted = 'T' }()
@@ -522,6 +558,19 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 			k, ok := argKey(text, call, bind)
 			return ok && c.taken[k] > 0
 		}}
+	if err == nil && c.pooled() && (c.g.cfg.policy == PolicyHold || c.g.cfg.policy == PolicyRewrite && c.predicted == 'I') {
+		if p, ok := c.planHold(t, name, text, paramTypes, bind, r); ok {
+			switch {
+			case p == nil:
+				return describeStandIn(t, text, r, paramTypes)
+			case c.hold != nil:
+				return c.refuse(t, &SessionLockError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Mode: c.mode, Policy: c.g.cfg.policy,
+					InTx: c.predicted != 'I', Assumed: c.assumed(), Twin: p.call.XactTwin()})
+			}
+			c.hold = p
+			return p.yes
+		}
+	}
 	d := decide(text, r, err, in)
 	for _, w := range d.warnings {
 		c.g.warn(w, c.mode, text)
@@ -589,12 +638,18 @@ func (c *guardConn) unsafeStatement(name, text string) error {
 // refused one: a text the server rejects at parse time, before anything in
 // it (or after it, up to the next Sync) runs. c.mu held.
 func (c *guardConn) refuse(t byte, err error) []byte {
-	c.seq++
-	marker := refusalMarker + strconv.FormatUint(c.seq, 10)
 	unit := c.sent
 	if t != 'Q' && t != 'F' {
 		unit = c.sent + 1 // ends at the next Sync
 	}
+	return c.refuseAt(t, err, unit)
+}
+
+// refuseAt is refuse for a message of the unit ending with ReadyForQuery
+// number unit. c.mu held.
+func (c *guardConn) refuseAt(t byte, err error, unit uint64) []byte {
+	c.seq++
+	marker := refusalMarker + strconv.FormatUint(c.seq, 10)
 	pos := 0
 	var pe interface{ position() int }
 	if errors.As(err, &pe) {
@@ -747,7 +802,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			continue
 		}
 		if c.rerr != nil {
-			return 0, c.rerr // the connection ended (not a timeout: those are not kept)
+			return 0, c.lostWith(c.rerr) // the connection ended (not a timeout: those are not kept)
 		}
 		if c.localDue() {
 			continue
@@ -766,9 +821,26 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			err = nil
 		}
 		if d > 0 || err != nil {
-			return d, err
+			return d, c.lostWith(err)
 		}
 	}
+}
+
+// lostWith returns err, or for a connection that ended while the guard
+// held session locks for it, a *LockLostError wrapping err: the holders
+// went with it (or go when it closes).
+func (c *guardConn) lostWith(err error) error {
+	if err == nil || isTimeout(err) {
+		return err
+	}
+	if c.heldCount.Load() > 0 {
+		return &LockLostError{Cause: err}
+	}
+	if ll := c.lastLost.Load(); ll != nil {
+		// The loss is being reported on this connection, which ended too.
+		return &LockLostError{Keys: ll.Keys, Cause: err}
+	}
+	return err
 }
 
 func isTimeout(err error) bool {
@@ -801,9 +873,34 @@ func (c *guardConn) networkRead(p []byte) (int, error) {
 // read deadline (pgx cancels a query by setting a past one).
 func (c *guardConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
-	c.readDeadline = t
+	c.readDeadline, c.writeDeadline = t, t
+	c.armHoldDeadline()
 	c.mu.Unlock()
 	return c.Conn.SetDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline; it also ends a held lock's
+// wait (hold.go).
+func (c *guardConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.writeDeadline = t
+	c.armHoldDeadline()
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// Close closes the connection and then ends the transactions that hold
+// its session locks (PolicyHold), before it returns.
+func (c *guardConn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.holdCancel != nil {
+		c.holdCancel()
+	}
+	c.mu.Unlock()
+	err := c.Conn.Close()
+	c.resetHolds()
+	return err
 }
 
 // SetReadDeadline sets and remembers the read deadline.
@@ -960,6 +1057,25 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 func (c *guardConn) observe(t byte, body []byte) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if t == 'Z' && len(body) == 1 && len(c.holdNotices) > 0 && !c.begin.active {
+		for len(c.holdNotices) > 0 && c.holdNotices[0].after <= c.recv {
+			c.holdNotices = c.holdNotices[1:] // its unit is gone by
+		}
+		if len(c.holdNotices) > 0 && c.holdNotices[0].after == c.recv+1 {
+			notice := c.holdNotices[0].b
+			c.holdNotices = c.holdNotices[1:]
+			repl := c.observeLocked(t, body)
+			if repl == nil {
+				repl = encodeReady(body[0])
+			}
+			return append(notice, repl...)
+		}
+	}
+	return c.observeLocked(t, body)
+}
+
+// observeLocked is observe with c.mu held.
+func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 	if t == 'E' && c.mode != poolmode.Statement && c.mode != poolmode.Direct && c.evidence.Source != poolmode.SourceDeclared &&
 		bytes.Contains(body, []byte(statementPoolingRefusal)) && isPoolerRefusal(body) {
 		c.g.statementPooling.Store(true)
@@ -972,6 +1088,9 @@ func (c *guardConn) observe(t byte, body []byte) []byte {
 	}
 	switch t {
 	case 'Z':
+		if c.lastLost.Load() != nil {
+			c.lastLost.Store(nil)
+		}
 		if len(body) == 1 {
 			c.recv++
 			c.txStatus = body[0]

@@ -1,0 +1,489 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+// holdDSN is the transaction-pooled DSN (pool of WidePoolSize) with policy
+// hold: a held key pins one server connection, so the narrow pool of one
+// would leave none for the client's own statements.
+func holdDSN(t testing.TB, c *pgbouncer.Cluster, kv ...string) string {
+	return withParams(t, c.WideDSN(pgbouncer.Transaction), append([]string{"pgadvisory_policy", "hold", "pgadvisory_pool_mode", "transaction"}, kv...)...)
+}
+
+// holdConn connects one pgx.Conn through the guard with policy hold.
+func holdConn(t *testing.T, dsn string, opts ...pgadvisory.Option) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgadvisory.ParseConfig(dsn, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// serverLocks lists the granted advisory locks on the server, as
+// "objid/mode" (the key of a one-bigint lock below 2^32).
+func serverLocks(t *testing.T, c *pgbouncer.Cluster) []string {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(t.Context(), "SELECT objid::int8, mode FROM pg_locks WHERE locktype = 'advisory' AND granted ORDER BY 1, 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var (
+			k    int64
+			mode string
+		)
+		err := r.Scan(&k, &mode)
+		return fmt.Sprintf("%d/%s", k, mode), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return locks
+}
+
+func wantLocks(t *testing.T, c *pgbouncer.Cluster, want ...string) {
+	t.Helper()
+	got := serverLocks(t, c)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("advisory locks on the server: %v, want %v", got, want)
+	}
+}
+
+func tryLock(t *testing.T, conn *pgx.Conn, key int64) bool {
+	t.Helper()
+	var ok bool
+	if err := conn.QueryRow(t.Context(), "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func unlock(t *testing.T, conn *pgx.Conn, key int64) bool {
+	t.Helper()
+	var ok bool
+	if err := conn.QueryRow(t.Context(), "SELECT pg_advisory_unlock($1)", key).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestIntegrationHoldSessionSemantics takes session locks in autocommit
+// through transaction pooling under policy hold and checks each answer
+// against what PostgreSQL gives a session, and the server's pg_locks.
+func TestIntegrationHoldSessionSemantics(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	wantLocks(t, c)
+	var notices []string
+	var mu sync.Mutex
+	cfgNotice := func(cc *pgx.ConnConfig) {
+		cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			notices = append(notices, n.Severity+": "+n.Message)
+			mu.Unlock()
+		}
+	}
+	cfg, err := pgadvisory.ParseConfig(holdDSN(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgNotice(cfg)
+	a, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	b := holdConn(t, holdDSN(t, c))
+	direct, err := pgx.Connect(t.Context(), c.DirectDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(context.Background())
+	ctx := t.Context()
+	const k = 9101
+
+	// Lock (void result) through every exec mode pgx has that is safe here.
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", mode, k); err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	if tryLock(t, b, k) {
+		t.Fatal("another pgadvisory client took a held key")
+	}
+	var ok bool
+	if err := direct.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
+		t.Fatalf("direct session: try-lock of a held key = %v, %v; want false", ok, err)
+	}
+	// Re-entrant: locked three times, unlocked three times.
+	for i := range 3 {
+		if !unlock(t, a, k) {
+			t.Fatalf("unlock %d of 3 returned false", i+1)
+		}
+	}
+	wantLocks(t, c)
+	if unlock(t, a, k) {
+		t.Fatal("unlock of a key not held returned true")
+	}
+	mu.Lock()
+	got := strings.Join(notices, "; ")
+	mu.Unlock()
+	if !strings.Contains(got, "WARNING: you don't own a lock of type ExclusiveLock") {
+		t.Fatalf("notices %q: want PostgreSQL's WARNING for the unlock", got)
+	}
+	// Now the direct session holds it: the held try-lock loses.
+	if err := direct.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || !ok {
+		t.Fatalf("direct try-lock: %v, %v", ok, err)
+	}
+	if tryLock(t, a, k) {
+		t.Fatal("held try-lock won against a direct session's lock")
+	}
+	if _, err := direct.Exec(ctx, "SELECT pg_advisory_unlock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	// Shared locks share; an exclusive try-lock loses against them.
+	var s1, s2 bool
+	if err := a.QueryRow(ctx, "SELECT pg_try_advisory_lock_shared($1) AS got", k).Scan(&s1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.QueryRow(ctx, "select pg_catalog.pg_try_advisory_lock_shared(9101)").Scan(&s2); err != nil {
+		t.Fatal(err)
+	}
+	if !s1 || !s2 {
+		t.Fatalf("shared try-locks: %v %v, want both true", s1, s2)
+	}
+	if err := direct.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
+		t.Fatalf("direct exclusive try-lock against shared holders = %v, %v", ok, err)
+	}
+	// Two-key form and unlock_all.
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock(1, 2)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c)
+}
+
+// TestIntegrationHoldWaits: a lock held by one client makes another wait
+// until it is released, and then the other holds it.
+func TestIntegrationHoldWaits(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, holdDSN(t, c))
+	b := holdConn(t, holdDSN(t, c))
+	ctx := t.Context()
+	const k = 9102
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second lock returned while the first held the key: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if !unlock(t, a, k) {
+		t.Fatal("unlock returned false")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting lock was not granted after the release")
+	}
+	if tryLock(t, a, k) {
+		t.Fatal("first client took the key the second now holds")
+	}
+	if !unlock(t, b, k) {
+		t.Fatal("second client's unlock returned false")
+	}
+	wantLocks(t, c)
+}
+
+// TestIntegrationHoldCanceledWait: a wait ended by the caller's context
+// (and one ended by lock_timeout) leaves nothing held.
+func TestIntegrationHoldCanceledWait(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, holdDSN(t, c))
+	b := holdConn(t, holdDSN(t, c))
+	const k = 9103
+	if _, err := a.Exec(t.Context(), "SELECT pg_advisory_lock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := b.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+		t.Fatalf("canceled wait: %v, want the context's deadline", err)
+	}
+	if !b.IsClosed() {
+		t.Fatal("pgx keeps a connection whose query it canceled by deadline open")
+	}
+	// lock_timeout, as the session set it: PostgreSQL's 55P03.
+	l := holdConn(t, holdDSN(t, c))
+	if _, err := l.Exec(t.Context(), "SET lock_timeout = '150ms'"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = l.Exec(t.Context(), "SELECT pg_advisory_lock($1)", k)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" {
+		t.Fatalf("lock past lock_timeout: %v, want SQLSTATE 55P03", err)
+	}
+	if el := time.Since(start); el < 150*time.Millisecond {
+		t.Fatalf("lock_timeout error after %v, before the timeout", el)
+	}
+	if _, err := l.Exec(t.Context(), "RESET lock_timeout"); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	a.Close(t.Context())
+	// Close releases before it returns.
+	wantLocks(t, c)
+}
+
+// TestIntegrationHoldLimits: the per-connection and per-config caps
+// refuse with *HoldLimitError and take nothing.
+func TestIntegrationHoldLimits(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	cfg, err := pgadvisory.ParsePoolConfig(holdDSN(t, c), pgadvisory.WithHoldLimits(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 3
+	ctx := t.Context()
+	pool := guardedPoolConfig(t, cfg)
+	c1, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Release()
+	if _, err := c1.Exec(ctx, "SELECT pg_advisory_lock(9104)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c1.Exec(ctx, "SELECT pg_advisory_lock(9105)")
+	var hl *pgadvisory.HoldLimitError
+	if !errors.As(pgadvisory.Refusal(err), &hl) || !hl.PerConnection || hl.Limit != 1 {
+		t.Fatalf("second key on one connection: %v, want a per-connection *HoldLimitError", err)
+	}
+	// Re-entry is not a new key.
+	if _, err := c1.Exec(ctx, "SELECT pg_advisory_lock(9104)"); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Release()
+	if _, err := c2.Exec(ctx, "SELECT pg_advisory_lock(9106)"); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c3.Exec(ctx, "SELECT pg_advisory_lock(9107)")
+	if !errors.As(pgadvisory.Refusal(err), &hl) || hl.PerConnection || hl.Limit != 2 {
+		t.Fatalf("third key in the pool: %v, want the pool's *HoldLimitError", err)
+	}
+	c3.Release()
+	wantLocks(t, c, "9104/ExclusiveLock", "9106/ExclusiveLock")
+	// Released to the pool: the held locks end there.
+	c1.Release()
+	c2.Release()
+	waitLocks(t, c)
+}
+
+// waitLocks waits (briefly: pgxpool's AfterRelease runs in a goroutine)
+// for the server's advisory locks to be want.
+func waitLocks(t *testing.T, c *pgbouncer.Cluster, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := serverLocks(t, c)
+		if strings.Join(got, " ") == strings.Join(want, " ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("advisory locks on the server: %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIntegrationHoldLost: when the holder's backend is terminated, the
+// client's next statement fails with ErrLockLost, and the one after runs.
+func TestIntegrationHoldLost(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, holdDSN(t, c))
+	ctx := t.Context()
+	const k = 9108
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	su, err := pgx.Connect(ctx, c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(context.Background())
+	var killed bool
+	if err := su.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", k).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the holder: %v, %v", killed, err)
+	}
+	wantLost(t, a)
+	wantLocks(t, c)
+	// The lost key can be taken again.
+	if !tryLock(t, a, k) || !unlock(t, a, k) {
+		t.Fatal("lock after the loss")
+	}
+}
+
+// wantLost waits for the client's next statement to report the loss.
+func wantLost(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := conn.Exec(t.Context(), "SELECT 1")
+		if err != nil {
+			if !errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrLockLost) {
+				t.Fatalf("statement after the loss: %v, want ErrLockLost", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no ErrLockLost after the holder ended")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
+		t.Fatalf("the statement after ErrLockLost: %v", err)
+	}
+}
+
+// TestIntegrationHoldDatabaseSQL: the same through database/sql on a pinned
+// connection (as golang-migrate and goose lock); returning the connection
+// to the pool ends what it holds.
+func TestIntegrationHoldDatabaseSQL(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	db, err := sql.Open("pgadvisory", holdDSN(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := t.Context()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 9109
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", fmt.Sprint(k)); err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := db.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
+		t.Fatalf("other connection's try-lock: %v, %v; want false", ok, err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c)
+}
+
+// TestIntegrationHoldRewriteAutocommit: policy rewrite holds in autocommit
+// (and still rewrites inside a transaction).
+func TestIntegrationHoldRewriteAutocommit(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, withParams(t, c.WideDSN(pgbouncer.Transaction), "pgadvisory_policy", "rewrite"))
+	ctx := t.Context()
+	if !tryLock(t, a, 9110) {
+		t.Fatal("try-lock in autocommit under rewrite")
+	}
+	wantLocks(t, c, "9110/ExclusiveLock")
+	if !unlock(t, a, 9110) {
+		t.Fatal("unlock")
+	}
+	wantLocks(t, c)
+	// Not one lock call: refused, as before.
+	_, err := a.Exec(ctx, "SELECT 1, pg_advisory_lock(9110)")
+	wantRefusal(t, err, pgadvisory.ErrSessionLock)
+}
+
+// TestIntegrationHoldPoolerRestart: a PgBouncer restart ends the client's
+// connection and its holders; the client's next statement reports
+// ErrLockLost, and PostgreSQL holds nothing. Then the idle-in-transaction
+// timeout of the server ends a holder the same way the terminate does.
+func TestIntegrationHoldPoolerRestart(t *testing.T) {
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
+	ctx := t.Context()
+	a := holdConn(t, holdDSN(t, c))
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock(9111)"); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c, "9111/ExclusiveLock")
+	if err := c.RestartBouncer(ctx, pgbouncer.Transaction); err != nil {
+		t.Fatal(err)
+	}
+	// (The extended protocol: on the simple protocol's read path pgx
+	// reports any broken connection as "conn closed".)
+	_, err := a.Exec(ctx, "SELECT $1::int", 1)
+	if !errors.Is(err, pgadvisory.ErrLockLost) {
+		t.Fatalf("statement after the pooler restart: %v (%#v), want ErrLockLost", err, err)
+	}
+	waitLocks(t, c)
+
+	// idle_in_transaction_session_timeout on the server ends the holder.
+	su, err := pgx.Connect(ctx, c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(context.Background())
+	if _, err := su.Exec(ctx, "ALTER ROLE "+pgx.Identifier{c.AppUser()}.Sanitize()+" SET idle_in_transaction_session_timeout = '300ms'"); err != nil {
+		t.Fatal(err)
+	}
+	// New server connections only get the role's setting.
+	if err := c.RestartBouncer(ctx, pgbouncer.Transaction); err != nil {
+		t.Fatal(err)
+	}
+	b := holdConn(t, holdDSN(t, c))
+	if _, err := b.Exec(ctx, "SELECT pg_advisory_lock(9112)"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	wantLost(t, b)
+	wantLocks(t, c)
+}

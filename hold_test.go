@@ -1,0 +1,151 @@
+package pgadvisory
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+)
+
+// TestHoldShape: only a statement that is one lock call with integer
+// literal or bound keys is held; everything else keeps the policy's
+// refusal.
+func TestHoldShape(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		args  int    // -1: not held
+		alias string // as written
+	}{
+		{"SELECT pg_advisory_lock($1)", 1, ""},
+		{"select pg_advisory_lock( $1 ) ;", 1, ""},
+		{"SELECT pg_catalog.pg_try_advisory_lock(42) AS ok", 1, "ok"},
+		{"SELECT pg_try_advisory_lock('42')", 1, ""},
+		{"SELECT pg_try_advisory_lock( -42)", 1, ""},
+		{"SELECT pg_try_advisory_lock(($1)::bigint) AS \"Got\"", 1, "\"Got\""},
+		{"SELECT pg_advisory_lock(1, $2)", 2, ""},
+		{"SELECT pg_advisory_unlock_all()", 0, ""},
+		{"SELECT pg_advisory_lock(hashtext('x'))", -1, ""},
+		{"SELECT pg_advisory_lock($1), 1", -1, ""},
+		{"SELECT 1, pg_advisory_lock($1)", -1, ""},
+		{"SELECT pg_advisory_lock($1) FROM t", -1, ""},
+		{"SELECT pg_advisory_lock($1) ok", -1, ""},
+		{"SELECT pg_advisory_lock($1); SELECT 1", -1, ""},
+		{"SELECT pg_advisory_lock($1::text)", -1, ""},
+		{"SELECT pg_advisory_lock(1.5)", -1, ""},
+		{"SELECT pg_advisory_lock(1) AS \"a\"\"b\"", -1, ""},
+		{"WITH x AS (SELECT 1) SELECT pg_advisory_lock(1)", -1, ""},
+	} {
+		res, err := lockscan.NewScanner(16).Scan(tc.query)
+		if err != nil || len(res.Calls) != 1 {
+			t.Fatalf("%q: scan %v, %v", tc.query, res, err)
+		}
+		args, alias, ok := holdShape(tc.query, res.Calls[0])
+		if tc.args < 0 {
+			if ok {
+				t.Errorf("%q held (args %v)", tc.query, args)
+			}
+			continue
+		}
+		if !ok || len(args) != tc.args || alias != tc.alias {
+			t.Errorf("%q: args %v alias %q ok %v, want %d args, alias %q", tc.query, args, alias, ok, tc.args, tc.alias)
+		}
+	}
+}
+
+// TestHoldKeyOf resolves literal and bound keys, text and binary, and
+// refuses what the server would not read as an integer key.
+func TestHoldKeyOf(t *testing.T) {
+	bind := &bindMsg{formats: []int16{0, 1}, values: [][]byte{[]byte(" 7 "), {0, 0, 0, 9}}}
+	for _, tc := range []struct {
+		args []holdArg
+		want string
+		ok   bool
+	}{
+		{[]holdArg{{lit: "-42"}}, "(-42)", true},
+		{[]holdArg{{param: 1}}, "(7)", true},
+		{[]holdArg{{param: 1}, {param: 2}}, "(7, 9)", true},
+		{[]holdArg{{param: 3}}, "", false},
+		{[]holdArg{{lit: "1"}, {lit: "4294967296"}}, "", false}, // not an int4
+	} {
+		k, ok := holdKeyOf(tc.args, bind)
+		if ok != tc.ok || ok && k.String() != tc.want {
+			t.Errorf("%v: %v %v, want %s %v", tc.args, k, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := holdKeyOf([]holdArg{{param: 1}}, &bindMsg{values: [][]byte{nil}}); ok {
+		t.Error("a NULL key was accepted")
+	}
+}
+
+// TestStandIn: the statement sent instead keeps the parameters, their
+// types, the column's name and type, and answers as the call would.
+func TestStandIn(t *testing.T) {
+	scan := func(q string) lockscan.Call {
+		res, err := lockscan.NewScanner(4).Scan(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Calls[0]
+	}
+	text := func(msg []byte) string { return strings.TrimSuffix(string(msg[5:]), "\x00") }
+	q := "SELECT pg_try_advisory_lock($1) AS got"
+	call := scan(q)
+	args, alias, _ := holdShape(q, call)
+	if got := text(standIn('Q', call, args, alias, true, nil)); got != "SELECT (pg_catalog.num_nulls(($1)::int8) >= 0) AS got" {
+		t.Errorf("try-lock true: %s", got)
+	}
+	if got := text(standIn('Q', call, args, alias, false, nil)); got != "SELECT (pg_catalog.num_nulls(($1)::int8) < 0) AS got" {
+		t.Errorf("try-lock false: %s", got)
+	}
+	q = "SELECT pg_advisory_lock(1, 2)"
+	call = scan(q)
+	args, alias, _ = holdShape(q, call)
+	if got := text(standIn('Q', call, args, alias, true, nil)); got != "SELECT pg_catalog.pg_sleep(0 * pg_catalog.num_nulls((1)::int4, (2)::int4)) AS pg_advisory_lock" {
+		t.Errorf("lock: %s", got)
+	}
+	// A Parse keeps its parameter type list.
+	p := standIn('P', call, args, alias, true, []byte{0, 1, 0, 0, 0, 20})
+	if p[0] != 'P' || !strings.HasSuffix(string(p), "\x00\x00\x01\x00\x00\x00\x14") {
+		t.Errorf("parse: %q", p)
+	}
+}
+
+func TestParseLockTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"0": 0, "150": 150 * time.Millisecond, "'2s'": 2 * time.Second, "1.5min": 90 * time.Second,
+		"250ms": 250 * time.Millisecond, "1h": time.Hour, "10us": 10 * time.Microsecond,
+	} {
+		if got, ok := parseLockTimeout(in); !ok || got != want {
+			t.Errorf("%q: %v %v, want %v", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "abc", "-1", "5 parsecs"} {
+		if _, ok := parseLockTimeout(in); ok {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+func TestTrackLockTimeout(t *testing.T) {
+	c := &guardConn{}
+	for _, tc := range []struct {
+		stmt string
+		want time.Duration
+	}{
+		{"SET lock_timeout = '1s'", time.Second},
+		{"set session lock_timeout to 200", 200 * time.Millisecond},
+		{"SET LOCAL lock_timeout = '5s'", 200 * time.Millisecond}, // ends with its transaction
+		{"SET statement_timeout = '9s'", 200 * time.Millisecond},
+		{"RESET lock_timeout", 0},
+		{"SET lock_timeout TO '3s';", 3 * time.Second},
+		{"SET lock_timeout TO DEFAULT", 0},
+		{"SET lock_timeout = '4s'", 4 * time.Second},
+		{"RESET ALL", 0},
+	} {
+		c.trackLockTimeout(tc.stmt)
+		if c.lockTimeout != tc.want {
+			t.Fatalf("after %q: %v, want %v", tc.stmt, c.lockTimeout, tc.want)
+		}
+	}
+}
