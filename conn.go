@@ -90,6 +90,14 @@ func (c *Conn) PoolMode() poolmode.Mode {
 	return m
 }
 
+// HoldsSessionLocks reports whether the guard keeps session-level locks
+// working on this connection although its pool mode would leak them:
+// transaction pooling under PolicyHold (or PolicyRewrite, in autocommit),
+// for a statement that is one lock call. advisory.HoldSession asks for it.
+func (c *Conn) HoldsSessionLocks() bool {
+	return c.gc != nil && c.gc.g.holdEnabled() && c.PoolMode() == poolmode.Transaction
+}
+
 // Evidence returns why the pool mode was concluded.
 func (c *Conn) Evidence() poolmode.Evidence {
 	_, ev := c.modeNow()
