@@ -135,55 +135,23 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 	return d
 }
 
-// rewriteEdits turns one session-level call into its transaction-level
-// equivalent inside a transaction:
-//   - lock and try-lock become their xact twins;
-//   - an unlock of a key this transaction took (through a rewrite) becomes
-//     the xact try-lock of the same key, which returns true (the lock is
-//     held until COMMIT/ROLLBACK, as a rewritten lock must be);
-//   - an unlock of any other key returns false, as PostgreSQL's does for a
-//     key the session does not hold — without taking or releasing anything;
-//   - pg_advisory_unlock_all() does nothing (the transaction's locks end at
-//     COMMIT/ROLLBACK).
+// rewriteEdits is lockscan's rewrite (lockscan.RewriteEdits under
+// lockscan.UnlocksRewrite) of one session-level call inside a transaction:
+// locks and try-locks become their xact twins, an unlock of a key this
+// transaction took (tookKey) the xact try-lock of that key, which returns
+// true, any other unlock an expression that returns false as PostgreSQL's
+// does for a key not held, pg_advisory_unlock_all() a no-op. ok is false
+// when lockscan cannot rewrite the call, and when the edits around an
+// unlock's arguments would enclose another lock call's (decide appends each
+// call's edits in turn; they must stay in textual order).
 func rewriteEdits(query string, call lockscan.Call, tookKey func(lockscan.Call) bool) ([]edit, bool) {
-	switch call.Op {
-	case lockscan.OpLock, lockscan.OpTryLock:
-		twin := call.XactTwin()
-		if twin == "" {
-			return nil, false
-		}
-		return []edit{{start: call.Start, end: call.End, text: twin}}, true
-	case lockscan.OpUnlock:
-		if tookKey != nil && tookKey(call) {
-			twin := "pg_try_advisory_xact_lock"
-			if call.Shared {
-				twin = "pg_try_advisory_xact_lock_shared"
-			}
-			return []edit{{start: call.Start, end: call.End, text: twin}}, true
-		}
-		// (pg_catalog.num_nulls((a)::int8) < 0) is false for every
-		// argument, evaluates it once, and locks nothing; the casts keep
-		// the parameter types the server infers for the real function
-		// (bigint, or int4 pair).
-		start, ok := qualifiedStart(query, call.Start)
-		if !ok {
-			return nil, false
-		}
-		open, closing, commas, ok := callArgList(query, call.End)
-		if !ok || len(commas) > 1 {
-			return nil, false
-		}
-		cast := ")::pg_catalog.int8"
-		if len(commas) == 1 {
-			cast = ")::pg_catalog.int4"
-		}
-		edits := []edit{{start: start, end: call.End, text: "(pg_catalog.num_nulls"}, {start: open + 1, end: open + 1, text: "("}}
-		for _, comma := range commas {
-			edits = append(edits, edit{start: comma, end: comma + 1, text: cast + ", ("})
-		}
-		return append(edits, edit{start: closing, end: closing, text: cast}, edit{start: closing + 1, end: closing + 1, text: " < 0)"}), true
-	case lockscan.OpUnlockAll:
-		return unlockAllEdit(query, call)
+	es, err := lockscan.RewriteEdits(query, []lockscan.Call{call}, lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRewrite, Taken: tookKey})
+	if err != nil || len(es) == 0 || len(es) > 1 && lockscan.MayContainCall(query[es[0].End:es[len(es)-1].Start]) {
+		return nil, false
 	}
-	return nil, false
+	edits := make([]edit, len(es))
+	for i, e := range es {
+		edits[i] = edit{start: e.Start, end: e.End, text: e.Text}
+	}
+	return edits, true
 }

@@ -1,10 +1,6 @@
 package pgadvisory
 
-import (
-	"strings"
-
-	"github.com/pgadvisory/pgadvisory/lockscan"
-)
+import "strings"
 
 // Small readers of SQL text around a call the scanner found. They accept
 // only what they can read for certain and report false otherwise, so that
@@ -15,16 +11,9 @@ import (
 // string literals (standard, E” and dollar-quoted) and comments are
 // skipped; anything it cannot follow yields ok=false.
 func callArgs(query string, nameEnd int) (open, closing int, ok bool) {
-	open, closing, _, ok = callArgList(query, nameEnd)
-	return open, closing, ok
-}
-
-// callArgList is callArgs that also returns the offsets of the commas that
-// separate the arguments.
-func callArgList(query string, nameEnd int) (open, closing int, commas []int, ok bool) {
 	i := skipBlanks(query, nameEnd)
 	if i >= len(query) || query[i] != '(' {
-		return 0, 0, nil, false
+		return 0, 0, false
 	}
 	open = i
 	depth := 0
@@ -36,44 +25,41 @@ func callArgList(query string, nameEnd int) (open, closing int, commas []int, ok
 		case c == ')':
 			depth--
 			if depth == 0 {
-				return open, i, commas, true
+				return open, i, true
 			}
-			i++
-		case c == ',' && depth == 1:
-			commas = append(commas, i)
 			i++
 		case c == '\'':
 			escapes := i > 0 && (query[i-1] == 'E' || query[i-1] == 'e')
 			j, ok := skipString(query, i, escapes)
 			if !ok {
-				return 0, 0, nil, false
+				return 0, 0, false
 			}
 			i = j
 		case c == '"':
 			j := strings.IndexByte(query[i+1:], '"')
 			if j < 0 {
-				return 0, 0, nil, false
+				return 0, 0, false
 			}
 			i += j + 2
 		case c == '-' && i+1 < len(query) && query[i+1] == '-':
 			j := strings.IndexByte(query[i:], '\n')
 			if j < 0 {
-				return 0, 0, nil, false
+				return 0, 0, false
 			}
 			i += j + 1
 		case c == '/' && i+1 < len(query) && query[i+1] == '*':
-			return 0, 0, nil, false // nested comments: leave to the caller's refusal
+			return 0, 0, false // nested comments: leave to the caller's refusal
 		case c == '$':
 			j, ok := skipDollar(query, i)
 			if !ok {
-				return 0, 0, nil, false
+				return 0, 0, false
 			}
 			i = j
 		default:
 			i++
 		}
 	}
-	return 0, 0, nil, false
+	return 0, 0, false
 }
 
 // skipString returns the offset after the string literal opening at i.
@@ -122,46 +108,6 @@ func isIdentByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
 }
 
-// qualifiedStart returns where the possibly schema-qualified name whose
-// last part starts at start begins: "pg_catalog.name" and
-// "\"pg_catalog\".name" are followed back; a qualifier written with
-// comments between its parts is not.
-func qualifiedStart(query string, start int) (int, bool) {
-	i := start
-	for {
-		j := i - 1
-		for j >= 0 && (query[j] == ' ' || query[j] == '\t' || query[j] == '\n' || query[j] == '\r') {
-			j--
-		}
-		if j < 0 || query[j] != '.' {
-			return i, true
-		}
-		j--
-		for j >= 0 && (query[j] == ' ' || query[j] == '\t' || query[j] == '\n' || query[j] == '\r') {
-			j--
-		}
-		if j < 0 {
-			return 0, false
-		}
-		switch {
-		case query[j] == '"':
-			k := strings.LastIndexByte(query[:j], '"')
-			if k < 0 {
-				return 0, false
-			}
-			i = k
-		case isIdentByte(query[j]):
-			k := j
-			for k > 0 && isIdentByte(query[k-1]) {
-				k--
-			}
-			i = k
-		default:
-			return 0, false
-		}
-	}
-}
-
 // txEffect is what a statement does to the transaction status, read from
 // its first words: BEGIN/START TRANSACTION open one, COMMIT/END/ROLLBACK/
 // ABORT (without TO SAVEPOINT or AND CHAIN) close it.
@@ -204,22 +150,6 @@ func firstWord(s string) (string, string) {
 		j++
 	}
 	return s[i:j], s[j:]
-}
-
-// unlockAllEdit turns pg_advisory_unlock_all() (returns void) into
-// pg_sleep(0) (returns void, does nothing). The scanner gives the span of
-// the name only; the argument list must follow as "(" blanks ")".
-func unlockAllEdit(query string, call lockscan.Call) ([]edit, bool) {
-	i := skipBlanks(query, call.End)
-	if i >= len(query) || query[i] != '(' {
-		return nil, false
-	}
-	open := i
-	i = skipBlanks(query, i+1)
-	if i >= len(query) || query[i] != ')' {
-		return nil, false
-	}
-	return []edit{{start: call.Start, end: call.End, text: "pg_sleep"}, {start: open + 1, end: open + 1, text: "0"}}, true
 }
 
 func skipBlanks(s string, i int) int {

@@ -849,7 +849,7 @@ func TestWireRewriteInTransaction(t *testing.T) {
 	// The unlock of another key takes nothing and returns false.
 	w.send(&pgproto3.Query{String: "SELECT pg_advisory_unlock(43)"})
 	q := decodeFrontend(t, w.server()[0]).(*pgproto3.Query).String
-	if strings.Contains(q, "lock") || !strings.Contains(q, "num_nulls") {
+	if q != "SELECT int8gt(43, 9223372036854775807)" {
 		t.Fatalf("unlock of a key never taken: server got %q", q)
 	}
 	w.reply(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})

@@ -323,11 +323,7 @@ func (p *pass) checkCall(cur inspector.Cursor) {
 		return
 	}
 	var found []lockscan.Call
-	unlocks := false
 	for _, c := range res.Calls {
-		if c.Scope == lockscan.ScopeSession && (c.Op == lockscan.OpUnlock || c.Op == lockscan.OpUnlockAll) {
-			unlocks = true
-		}
 		if reportable(c, cat) {
 			found = append(found, c)
 		}
@@ -357,6 +353,7 @@ func (p *pass) checkCall(cur inspector.Cursor) {
 		})
 		return
 	}
+	fixes := fixEdits(cat, text.value, res.Calls)
 	for _, c := range found {
 		pos, end, exact, ok := lm.span(text.lit, c.Start, c.End)
 		if !ok {
@@ -368,39 +365,37 @@ func (p *pass) checkCall(cur inspector.Cursor) {
 			Category: string(cat),
 			Message:  message(cat, c.Func, handle, c),
 		}
-		// The fix renames the call to its xact twin inside a transaction,
-		// only when the literal is the argument itself (text.lit is nil
-		// otherwise), the name is written plainly, and no session unlock in
-		// the same text would be left without its lock.
-		if cat == Transaction && exact && !unlocks {
-			written := text.value[c.Start:c.End]
-			if repl, ok := twinAsWritten(written, c); ok {
-				d.SuggestedFixes = []analysis.SuggestedFix{{
-					Message:   "Use " + c.XactTwin(),
-					TextEdits: []analysis.TextEdit{{Pos: pos, End: end, NewText: []byte(repl)}},
-				}}
-			}
+		// The fix is lockscan's rewrite of the call, placed in the literal
+		// when it is the argument itself (text.lit is nil otherwise) and
+		// the name maps to its source bytes exactly.
+		if repl, ok := fixes[c.Start]; ok && exact {
+			d.SuggestedFixes = []analysis.SuggestedFix{{
+				Message:   "Use " + c.XactTwin(),
+				TextEdits: []analysis.TextEdit{{Pos: pos, End: end, NewText: []byte(repl)}},
+			}}
 		}
 		p.Report(d)
 	}
 }
 
-// twinAsWritten spells c's xact twin the way the name was written: lower
-// case, upper case, or double-quoted lower case. Anything else (U&
-// escapes, mixed case) gets no fix.
-func twinAsWritten(written string, c lockscan.Call) (string, bool) {
-	twin := c.XactTwin()
-	switch {
-	case twin == "":
-		return "", false
-	case written == c.Func:
-		return twin, true
-	case written == strings.ToUpper(c.Func):
-		return strings.ToUpper(twin), true
-	case written == `"`+c.Func+`"`:
-		return `"` + twin + `"`, true
+// fixEdits returns the renames of the suggested fixes for the calls of text,
+// by the start of each call: lockscan's rewrite inside a transaction, which
+// refuses a text with a session unlock (a rename that leaves the unlock
+// without its lock is no fix) or a lock function named other than by a
+// call. Only the tx category gets fixes.
+func fixEdits(cat Category, text string, calls []lockscan.Call) map[int]string {
+	if cat != Transaction {
+		return nil
 	}
-	return "", false
+	edits, err := lockscan.RewriteEdits(text, calls, lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRefuse})
+	if err != nil {
+		return nil
+	}
+	fixes := make(map[int]string, len(edits))
+	for _, e := range edits {
+		fixes[e.Start] = e.Text
+	}
+	return fixes
 }
 
 // scan runs lockscan over text. When PostgreSQL's parser rejects the text,

@@ -31,6 +31,7 @@ func TestPositionInLiteral(t *testing.T) {
 			got := string(src[file.Offset(d.Pos):file.Offset(d.End)])
 			want := strings.ToLower(strings.Trim(got, `"\`))
 			want = strings.ReplaceAll(want, `\x61`, "a")
+			want = strings.ReplaceAll(strings.TrimPrefix(want, `u&"`), `\0061`, "a")
 			if !strings.HasPrefix(want, "pg_") || !strings.Contains(want, "advisory") {
 				if got != "lockQuery" {
 					t.Errorf("%s: diagnostic spans %q, want a function name or the argument", fset.Position(d.Pos), got)

@@ -220,6 +220,48 @@ func TestRewriteGolden(t *testing.T) {
 	}
 }
 
+// TestRewriteCallsCorpus rewrites every corpus case with a session unlock
+// as the driver does (UnlocksRewrite).
+func TestRewriteCallsCorpus(t *testing.T) {
+	n := 0
+	for _, tc := range loadCorpus(t) {
+		if r, err := NewScanner(-1).Scan(tc.sql); err == nil && checkUnlockRewrite(t, tc.sql, r.Calls) {
+			n++
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d corpus cases rewritten with their unlocks, want at least 5", n)
+	}
+}
+
+// checkUnlockRewrite rewrites a query with a session unlock under
+// UnlocksRewrite: it fails with a prefixed error, or leaves no
+// session-level function (RewriteCalls has checked the rest by scanning its
+// output). It reports whether it rewrote.
+func checkUnlockRewrite(t *testing.T, q string, calls []Call) bool {
+	t.Helper()
+	if !hasSessionUnlock(calls) {
+		return false
+	}
+	out, err := RewriteCalls(q, calls, RewriteOptions{Unlocks: UnlocksRewrite})
+	if err != nil {
+		if !strings.HasPrefix(err.Error(), "lockscan: ") {
+			t.Fatalf("rewrite error without prefix: %v", err)
+		}
+		return false
+	}
+	r, err := NewScanner(-1).Scan(out)
+	if err != nil {
+		t.Fatalf("rewritten %q does not scan: %v", out, err)
+	}
+	for _, c := range r.Calls {
+		if c.Scope == ScopeSession {
+			t.Fatalf("rewrite of %q left %s in %q", q, c.Func, out)
+		}
+	}
+	return true
+}
+
 // checkRewrite verifies the invariants of a successful rewrite: the output
 // scans without error, has the same number of calls, no session lock or
 // try-lock, and only the name spans changed.

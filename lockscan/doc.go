@@ -134,9 +134,32 @@
 // # Rewriting
 //
 // RewriteCalls (and RewriteEdits, for callers that place the edits
-// themselves) is the one rewriter: session-level locks and try-locks become
-// the transaction-level functions with the same arguments, by editing the
-// name token only, spelled as written; unlocks as RewriteOptions say; the
-// output is checked by scanning it again. RewriteXact is RewriteCalls on
-// what Scan finds, keeping unlocks.
+// themselves) is the one rewriter: the driver's guard, RewriteXact and the
+// analyzer's suggested fix all use it and differ only in RewriteOptions.
+// The rules (RewriteEdits has them in full):
+//
+//   - session-level locks and try-locks become the transaction-level
+//     functions of the same lock mode, shared or not, in the bigint or the
+//     two-integer form the call uses, by editing the name token only: the
+//     schema qualifier, the arguments with their casts, comments and white
+//     space stay as written;
+//   - the name is spelled as written where that is unambiguous (plain
+//     lower or upper case, a quoted name); a U&"..." name, mixed case or
+//     letters escaped in a body become the plain lower-case twin, which
+//     PostgreSQL reads as the same function;
+//   - unlocks as RewriteOptions.Unlocks says: kept (RewriteXact), refused
+//     (the analyzer, whose fix must not leave an unlock without its lock),
+//     or rewritten per key (the driver, UnlocksRewrite): the unlock of a key
+//     the transaction holds through a rewrite (a rewritten lock earlier in
+//     the text, or RewriteOptions.Taken) becomes the xact try-lock of that
+//     key, true, the lock kept until COMMIT or ROLLBACK; any other unlock
+//     becomes a call that returns what PostgreSQL's unlock returns for a key
+//     not held (false, NULL for a NULL key) and takes nothing, its arguments
+//     left uncast so that the server resolves them as it would the
+//     unlock's; pg_advisory_unlock_all() becomes pg_sleep(0);
+//   - a function named other than by a call (attribute notation, a
+//     reference) is not rewritten: that is an error.
+//
+// RewriteCalls checks its output by scanning it again. RewriteXact is
+// RewriteCalls on what Scan finds, keeping unlocks.
 package lockscan

@@ -3,6 +3,7 @@ package lockscan_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
 )
@@ -103,8 +104,10 @@ func ExampleChangesReadingSettings() {
 
 // RewriteCalls is the one rewriter: the driver inside a transaction
 // rewrites locks, the unlocks that follow them and pg_advisory_unlock_all.
+// The unlock of a key no rewritten lock took returns false, as
+// PostgreSQL's does, and takes nothing.
 func ExampleRewriteCalls() {
-	q := `SELECT pg_advisory_lock($1); SELECT pg_advisory_unlock($1); SELECT pg_advisory_unlock_all()`
+	q := `SELECT pg_advisory_lock($1); SELECT pg_advisory_unlock($1); SELECT pg_advisory_unlock(7); SELECT pg_advisory_unlock_all()`
 	r, err := lockscan.Scan(q)
 	if err != nil {
 		fmt.Println(err)
@@ -113,7 +116,40 @@ func ExampleRewriteCalls() {
 	out, err := lockscan.RewriteCalls(q, r.Calls, lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRewrite})
 	fmt.Println(out, err)
 	// Output:
-	// SELECT pg_advisory_xact_lock($1); SELECT pg_try_advisory_xact_lock($1); SELECT pg_sleep(0) <nil>
+	// SELECT pg_advisory_xact_lock($1); SELECT pg_try_advisory_xact_lock($1); SELECT int8gt(7, 9223372036854775807); SELECT pg_sleep(0) <nil>
+}
+
+// Taken tells the rewriter which unlocks release a lock that an earlier
+// statement of the transaction took through a rewrite: here the driver
+// remembers the argument text of the locks it rewrote.
+func ExampleRewriteOptions_taken() {
+	took := map[string]bool{}
+	args := func(q string, c lockscan.Call) string { // "(...)" after the name
+		return q[c.End : strings.IndexByte(q[c.End:], ')')+c.End+1]
+	}
+	opts := lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRewrite}
+	for _, q := range []string{"SELECT pg_advisory_lock(42)", "SELECT pg_advisory_unlock(42), pg_advisory_unlock(43)"} {
+		r, err := lockscan.Scan(q)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		opts.Taken = func(u lockscan.Call) bool { return took[args(q, u)] }
+		out, err := lockscan.RewriteCalls(q, r.Calls, opts)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		for _, c := range r.Calls {
+			if c.Op == lockscan.OpLock {
+				took[args(q, c)] = true
+			}
+		}
+		fmt.Println(out)
+	}
+	// Output:
+	// SELECT pg_advisory_xact_lock(42)
+	// SELECT pg_try_advisory_xact_lock(42), int8gt(43, 9223372036854775807)
 }
 
 // Warm starts the parser ahead of the first statement that needs it (the

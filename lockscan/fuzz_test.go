@@ -79,6 +79,7 @@ func FuzzScan(f *testing.F) {
 				t.Fatalf("bad span %+v in %q", c, q)
 			}
 		}
+		checkUnlockRewrite(t, q, r.Calls)
 		if !r.HasSessionLock() {
 			return
 		}

@@ -415,8 +415,8 @@ func hexVal(c byte) int {
 	return int(c-'A') + 10
 }
 
-// codeMask marks, for a PL/pgSQL body, which bytes are code (not inside a
-// comment, string constant or quoted identifier) and start a token.
+// tokenStarts marks, for a PL/pgSQL body, which bytes are code (not inside
+// a comment, string constant or quoted identifier) and start a token.
 func tokenStarts(s string) []bool {
 	m := make([]bool, len(s)+1)
 	i := 0
@@ -427,51 +427,61 @@ func tokenStarts(s string) []bool {
 			continue
 		}
 		m[i] = true
-		c := s[i]
-		switch {
-		case c == '\'' || c == '$' && i+1 < len(s) && (s[i+1] == '$' || isIdentStart(s[i+1])) || (c == 'e' || c == 'E') && i+1 < len(s) && s[i+1] == '\'':
-			l, err := lexLiteral(s, i)
-			if err != nil && l.end == 0 {
-				if c == '$' {
-					i++
-					continue
-				}
-				return m
-			}
-			i = l.end
-		case (c == 'u' || c == 'U') && i+2 < len(s) && s[i+1] == '&' && (s[i+2] == '\'' || s[i+2] == '"'):
-			if s[i+2] == '"' {
-				_, e, err := lexQuoted(s, i+2)
-				if err != nil {
-					return m
-				}
-				i = e
-			} else {
-				l, _ := lexLiteral(s, i)
-				if l.end == 0 {
-					return m
-				}
-				i = l.end
-			}
-		case c == '"':
-			_, e, err := lexQuoted(s, i)
-			if err != nil {
-				return m
-			}
-			i = e
-		case isIdentStart(c):
-			i++
-			for i < len(s) && isIdentCont(s[i]) {
-				i++
-			}
-		case '0' <= c && c <= '9':
-			i++
-			for i < len(s) && (isIdentCont(s[i]) || s[i] == '.') {
-				i++
-			}
-		default:
-			i++
+		e, ok := tokenEnd(s, i, false)
+		if !ok {
+			return m
 		}
+		i = e
 	}
 	return m
+}
+
+// tokenEnd returns the end of the token that starts at s[i], which is not
+// white space or a comment: a string constant, quoted identifier,
+// identifier or number whole, any other byte alone. With scsOff an
+// ordinary '...' constant reads backslash escapes, as the server does with
+// standard_conforming_strings off. ok is false when a constant or quoted
+// identifier cannot be followed to its end.
+func tokenEnd(s string, i int, scsOff bool) (end int, ok bool) {
+	c := s[i]
+	switch {
+	case c == '\'' && scsOff:
+		l, err := lexQuotedLiteral(s, i, i, true)
+		if err != nil && l.end == 0 {
+			return 0, false
+		}
+		return l.end, true
+	case c == '\'' || c == '$' && i+1 < len(s) && (s[i+1] == '$' || isIdentStart(s[i+1])) || (c == 'e' || c == 'E') && i+1 < len(s) && s[i+1] == '\'':
+		l, err := lexLiteral(s, i)
+		if err != nil && l.end == 0 {
+			if c == '$' {
+				return i + 1, true
+			}
+			return 0, false
+		}
+		return l.end, true
+	case (c == 'u' || c == 'U') && i+2 < len(s) && s[i+1] == '&' && (s[i+2] == '\'' || s[i+2] == '"'):
+		if s[i+2] == '"' {
+			_, e, err := lexQuoted(s, i+2)
+			return e, err == nil
+		}
+		l, _ := lexLiteral(s, i)
+		return l.end, l.end != 0
+	case c == '"':
+		_, e, err := lexQuoted(s, i)
+		return e, err == nil
+	case isIdentStart(c):
+		i++
+		for i < len(s) && isIdentCont(s[i]) {
+			i++
+		}
+	case '0' <= c && c <= '9':
+		i++
+		for i < len(s) && (isIdentCont(s[i]) || s[i] == '.') {
+			i++
+		}
+	default:
+		i++
+	}
+	return i, true
 }

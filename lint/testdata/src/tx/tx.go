@@ -17,6 +17,11 @@ func sqlTx(ctx context.Context, tx *sql.Tx) {
 	tx.Exec("SELECT \"pg_advisory_lock\"(1)")                         // want `tx: session-level pg_advisory_lock`
 	tx.Exec(`SELECT "pg_advisory_lock"(1)`)                           // want `tx: session-level pg_advisory_lock`
 	tx.Exec("SELECT\tpg_advisory_lock(1)")                            // want `tx: session-level pg_advisory_lock`
+	// Spellings lockscan reads as the same function get the plain twin.
+	tx.Exec("SELECT Pg_Advisory_Lock(1)")         // want `tx: session-level pg_advisory_lock`
+	tx.Exec(`SELECT U&"pg_\0061dvisory_lock"(1)`) // want `tx: session-level pg_advisory_lock`
+	// No fix: the operator would still take the session lock.
+	tx.Exec("CREATE OPERATOR === (FUNCTION = pg_advisory_lock, RIGHTARG = bigint); SELECT pg_advisory_lock(1)") // want `tx: session-level pg_advisory_lock` `tx: session-level pg_advisory_lock`
 	// No fix: the unlock would be left behind.
 	tx.Exec("SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)") // want `tx: session-level pg_advisory_lock`
 	// No fix: the name is escaped.
