@@ -106,14 +106,17 @@ func holdShape(text string, call lockscan.Call) (args []holdArg, alias string, o
 		return nil, "", false
 	}
 	i := skipBlanks(text, len(text)-len(rest))
-	if qs, ok := qualifiedStart(text, call.Start); !ok || qs != i {
-		return nil, "", false
+	if q := strings.TrimSpace(text[i:call.Start]); q != "" {
+		// Only PostgreSQL's own schema may qualify the name.
+		q = strings.TrimSpace(strings.TrimSuffix(q, "."))
+		if !strings.EqualFold(q, "pg_catalog") && q != `"pg_catalog"` || !strings.HasSuffix(strings.TrimSpace(text[i:call.Start]), ".") {
+			return nil, "", false
+		}
 	}
-	open, closing, commas, ok := callArgList(text, call.End)
+	bounds, closing, ok := holdArgBounds(text, call.End)
 	if !ok {
 		return nil, "", false
 	}
-	bounds := append(append([]int{open}, commas...), closing)
 	for j := 0; j+1 < len(bounds); j++ {
 		a := strings.TrimSpace(text[bounds[j]+1 : bounds[j+1]])
 		if a == "" && len(bounds) == 2 {
@@ -142,6 +145,42 @@ func holdShape(text string, call lockscan.Call) (args []holdArg, alias string, o
 		return nil, "", false
 	}
 	return args, alias, true
+}
+
+// holdArgBounds reads the argument list after a lock function's name:
+// the offsets of its opening parenthesis, of the commas between arguments
+// and of its closing parenthesis. A held call's arguments are integers,
+// parameters, casts and parentheses: any other character fails.
+func holdArgBounds(text string, nameEnd int) (bounds []int, closing int, ok bool) {
+	i := skipBlanks(text, nameEnd)
+	if i >= len(text) || text[i] != '(' {
+		return nil, 0, false
+	}
+	bounds = []int{i}
+	depth := 0
+	for ; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+			if depth == 0 {
+				return append(bounds, i), i, true
+			}
+		case c == ',' && depth == 1:
+			bounds = append(bounds, i)
+		case c == '\'':
+			j := strings.IndexByte(text[i+1:], '\'')
+			if j < 0 {
+				return nil, 0, false
+			}
+			i += j + 1 // a quoted integer: parseHoldArg checks it
+		case c == '$' || c == ':' || c == '-' || c == '+' || isBlank(c) || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
+		default:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' }

@@ -487,3 +487,54 @@ func TestIntegrationHoldPoolerRestart(t *testing.T) {
 	wantLost(t, b)
 	wantLocks(t, c)
 }
+
+// TestIntegrationHoldCost counts what a held lock costs: round trips
+// through the pooler (a loopback proxy in front of PgBouncer counts them,
+// the holder's included, since it dials the same address) and server
+// connections while the key is held.
+func TestIntegrationHoldCost(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	p := startTurnProxy(t, hostPort(t, c.WideDSN(pgbouncer.Transaction)))
+	a := holdConn(t, p.via(t, holdDSN(t, c)))
+	ctx := t.Context()
+	const k = 9113
+	cycle := func() {
+		if !tryLock(t, a, k) || !unlock(t, a, k) {
+			t.Fatal("try-lock/unlock cycle failed")
+		}
+	}
+	cycle() // warm up: the statement descriptions, the holder connection
+	p.turns.Store(0)
+	const cycles = 5
+	for range cycles {
+		cycle()
+	}
+	// try-lock: the stand-in + BEGIN and the xact try-lock on the holder;
+	// unlock: the stand-in + ROLLBACK on the holder.
+	if got := p.turns.Load(); got != 4*cycles {
+		t.Errorf("%d round trips for %d held try-lock + unlock cycles, want 4 per cycle", got, cycles)
+	} else {
+		t.Logf("%d round trips for %d held try-lock + unlock cycles (plain pgx on a session: 2 per cycle)", got, cycles)
+	}
+	// While held: one server connection idle in transaction (the holder);
+	// the client's own statements take a server connection only while
+	// they run.
+	if !tryLock(t, a, k) {
+		t.Fatal("try-lock")
+	}
+	su, err := pgx.Connect(ctx, c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(context.Background())
+	var inTx int
+	if err := su.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND state = 'idle in transaction'", c.AppUser()).Scan(&inTx); err != nil {
+		t.Fatal(err)
+	}
+	if inTx != 1 {
+		t.Errorf("%d server connections idle in transaction while one key is held, want 1", inTx)
+	}
+	if !unlock(t, a, k) {
+		t.Fatal("unlock")
+	}
+}
