@@ -79,10 +79,13 @@ type Connector struct {
 	evidence poolmode.Evidence
 }
 
-// NewConnector returns a Connector for a pgx DSN (URL or keyword/value).
-// pgadvisory_* parameters are removed before pgx sees the DSN; options
-// override them.
+// NewConnector returns a Connector for a pgx DSN (URL or keyword/value),
+// or for a name from RegisterConnConfig. pgadvisory_* parameters are
+// removed before pgx sees the DSN; options override them.
 func NewConnector(dsn string, opts ...Option) (*Connector, error) {
+	if cfg := registeredConfig(dsn); cfg != nil {
+		return NewConnectorConfig(cfg, opts...)
+	}
 	if k := duplicateParam(dsn); k != "" {
 		return nil, fmt.Errorf("pgadvisory: DSN parameter %s given more than once", k)
 	}
