@@ -18,8 +18,9 @@ import (
 // package. A rewrite that needs a missing one is not applied, and a suite
 // that cannot be guarded without it is not run guarded.
 type API struct {
-	ConfigureConn bool // func ConfigureConn(*pgx.ConnConfig, ...Option) error
-	ConfigurePool bool // func ConfigurePool(*pgxpool.Config, ...Option) error
+	ConfigureConn      bool // func ConfigureConn(*pgx.ConnConfig, ...Option) error
+	ConfigurePool      bool // func ConfigurePool(*pgxpool.Config, ...Option) error
+	RegisterConnConfig bool // func RegisterConnConfig(*pgx.ConnConfig) string (and UnregisterConnConfig)
 }
 
 // Import paths whose connection-opening functions the adaptation rewrites.
@@ -41,6 +42,8 @@ const (
 	helperConnectConfig = "pgadvisorySuiteConnectConfig"
 	helperPoolNew       = "pgadvisorySuitePoolNew"
 	helperPoolNewConfig = "pgadvisorySuitePoolNewWithConfig"
+	helperRegister      = "pgadvisorySuiteRegisterConnConfig"
+	helperUnregister    = "pgadvisorySuiteUnregisterConnConfig"
 )
 
 // funcRule replaces a reference to pkg.Name (a call or a function value) by
@@ -58,6 +61,10 @@ var funcRules = []funcRule{
 	{pathPgx, "ConnectConfig", helperConnectConfig, func(a API) bool { return a.ConfigureConn }},
 	{pathPool, "New", helperPoolNew, func(a API) bool { return a.ConfigurePool }},
 	{pathPool, "NewWithConfig", helperPoolNewConfig, func(a API) bool { return a.ConfigurePool }},
+	// stdlib keeps its registry private: a name it registered cannot reach
+	// the guard, so the suite registers with pgadvisory's twin.
+	{pathStdlib, "RegisterConnConfig", helperRegister, func(a API) bool { return a.RegisterConnConfig }},
+	{pathStdlib, "UnregisterConnConfig", helperUnregister, func(a API) bool { return a.RegisterConnConfig }},
 }
 
 // Adaptation reports what AdaptSource changed in one file.
@@ -94,7 +101,11 @@ type edit struct {
 //   - stdlib.OpenDB, stdlib.GetConnector, pgx.Connect, pgx.ConnectConfig →
 //     wrappers that install the guard with pgadvisory.ConfigureConn first;
 //   - pgxpool.New, pgxpool.NewWithConfig → wrappers that install it with
-//     pgadvisory.ConfigurePool.
+//     pgadvisory.ConfigurePool;
+//   - stdlib.RegisterConnConfig, stdlib.UnregisterConnConfig → pgadvisory's;
+//   - a type assertion to *stdlib.Conn (of a driver connection from
+//     (*sql.Conn).Raw) → to interface{ Conn() *pgx.Conn }, the method of
+//     stdlib's connection that pgadvisory's driver connection has too.
 //
 // Packages are recognised by import path, whatever their local name, and an
 // identifier declared in the file that shadows a package name is left alone. The result is
@@ -152,6 +163,21 @@ func AdaptSource(filename string, src []byte, api API) ([]byte, Adaptation, erro
 			}
 			edits = append(edits, edit{off(dsn.Pos()), off(dsn.End()), helperDSN + "(" + text(dsn) + ")"})
 			ad.Rewritten["sql.Open"]++
+		case *ast.TypeAssertExpr:
+			star, ok := n.Type.(*ast.StarExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := star.X.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "Conn" {
+				return true
+			}
+			if path, ok := pkgOf(sel.X); !ok || path != pathStdlib || !api.ConfigureConn || local[pathPgx] == "" {
+				return true
+			}
+			handled[sel] = true
+			edits = append(edits, edit{off(n.Type.Pos()), off(n.Type.End()), "interface{ Conn() *" + local[pathPgx] + ".Conn }"})
+			ad.Rewritten["*stdlib.Conn assertion"]++
 		case *ast.SelectorExpr:
 			if handled[n] {
 				return true
@@ -330,6 +356,9 @@ func HelperFile(pkg string, api API) []byte {
 	if api.ConfigurePool {
 		imports = append(imports, `"github.com/jackc/pgx/v5/pgxpool"`)
 	}
+	if api.RegisterConnConfig && !api.ConfigureConn {
+		imports = append(imports, `"github.com/jackc/pgx/v5"`)
+	}
 	b.WriteString("import (\n")
 	for _, imp := range imports {
 		b.WriteString("\t" + imp + "\n")
@@ -344,6 +373,9 @@ func HelperFile(pkg string, api API) []byte {
 	}
 	if api.ConfigurePool {
 		b.WriteString(helperPool)
+	}
+	if api.RegisterConnConfig {
+		b.WriteString(helperRegistry)
 	}
 	out, err := format.Source([]byte(b.String()))
 	if err != nil {
@@ -417,6 +449,16 @@ func pgadvisorySuiteParsed(config any) bool {
 }
 
 var _ context.Context
+`
+
+const helperRegistry = `
+// ` + helperRegister + ` is stdlib.RegisterConnConfig for sql.Open("pgadvisory", name).
+func ` + helperRegister + `(config *pgx.ConnConfig) string {
+	return pgadvisory.RegisterConnConfig(config)
+}
+
+// ` + helperUnregister + ` is stdlib.UnregisterConnConfig's twin.
+func ` + helperUnregister + `(name string) { pgadvisory.UnregisterConnConfig(name) }
 `
 
 const helperConn = `
@@ -523,6 +565,8 @@ func DetectAPI(dir string) (API, error) {
 				api.ConfigureConn = true
 			case "ConfigurePool":
 				api.ConfigurePool = true
+			case "RegisterConnConfig":
+				api.RegisterConnConfig = true
 			}
 		}
 	}

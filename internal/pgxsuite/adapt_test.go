@@ -218,7 +218,7 @@ func TestAdaptNothingToDo(t *testing.T) {
 }
 
 func TestHelperFileParses(t *testing.T) {
-	for _, api := range []API{{}, {ConfigureConn: true}, {ConfigurePool: true}, both} {
+	for _, api := range []API{{}, {ConfigureConn: true}, {ConfigurePool: true}, both, {RegisterConnConfig: true}, {ConfigureConn: true, ConfigurePool: true, RegisterConnConfig: true}} {
 		src := HelperFile("stdlib_test", api)
 		f, err := parser.ParseFile(token.NewFileSet(), HelperFileName, src, 0)
 		if err != nil {
@@ -320,5 +320,43 @@ func TestAdaptPgxSuites(t *testing.T) {
 		if total == 0 {
 			t.Errorf("%s: nothing rewritten", suite)
 		}
+	}
+}
+
+// TestAdaptRegistryAndConnAssertion: stdlib's registry calls go to
+// pgadvisory's, and an assertion to *stdlib.Conn becomes one to the
+// method both driver connections have.
+func TestAdaptRegistryAndConnAssertion(t *testing.T) {
+	src := `package stdlib_test
+
+import (
+	"database/sql"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+func f(cfg *pgx.ConnConfig, c *sql.Conn) {
+	name := stdlib.RegisterConnConfig(cfg)
+	defer stdlib.UnregisterConnConfig(name)
+	c.Raw(func(dc any) error {
+		_ = dc.(*stdlib.Conn).Conn().PgConn().PID()
+		return nil
+	})
+}
+`
+	out, ad := adapt(t, src, API{ConfigureConn: true, RegisterConnConfig: true})
+	for _, want := range []string{helperRegister + "(cfg)", helperUnregister + "(name)", "dc.(interface{ Conn() *pgx.Conn })"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("adapted source lacks %q:\n%s", want, out)
+		}
+	}
+	if ad.Rewritten["*stdlib.Conn assertion"] != 1 || ad.Rewritten["stdlib.RegisterConnConfig"] != 1 {
+		t.Errorf("rewritten: %v", ad.Rewritten)
+	}
+	// Without pgadvisory's registry the calls stay stdlib's.
+	out, _ = adapt(t, src, API{ConfigureConn: true})
+	if !strings.Contains(out, "stdlib.RegisterConnConfig(cfg)") {
+		t.Errorf("registry rewritten without RegisterConnConfig:\n%s", out)
 	}
 }
