@@ -16,7 +16,8 @@
 // (pg_advisory_xact_lock) is released by COMMIT or ROLLBACK, and by the
 // server when the client dies, so it is correct in every pool mode that
 // allows transactions. This package takes only those, except HoldSession,
-// which pins a connection and refuses to run where session locks leak.
+// which pins a connection and refuses to run where session locks leak,
+// unless the pgadvisory driver holds them there (see below).
 //
 //	err := advisory.WithXactLock(ctx, db, advisory.NamespacedKey("billing", "invoice-42"),
 //		func(ctx context.Context, tx *sql.Tx) error {
@@ -70,7 +71,9 @@
 // both work. Server errors are classified by SQLSTATE through
 // interface{ SQLState() string }: 55P03 is ErrLockTimeout, 40P01 is
 // ErrDeadlock (PostgreSQL detects cycles of advisory-lock waits like any
-// other). NoWait turns a lock held elsewhere into ErrNotAcquired.
+// other), and PA007, the pgadvisory driver's answer after a lock it held
+// was lost, is ErrLockLost. NoWait turns a lock held elsewhere into
+// ErrNotAcquired.
 //
 // # Leases and fencing tokens
 //
@@ -111,9 +114,25 @@
 // HoldSession pins one connection, takes a session-level lock on it and
 // checks it periodically; its Done channel and Context close when the lock
 // may be lost, and Release checks the boolean pg_advisory_unlock returns.
-// It refuses under transaction and statement pooling. It learns the pool
-// mode from driver connections that implement PoolModer (the pgadvisory
-// driver does); with other drivers declare it: WithPoolMode(poolmode.Direct).
+// It refuses under statement pooling, and under transaction pooling
+// unless the driver holds session locks there. It learns the pool mode from
+// driver connections that implement PoolModer (the pgadvisory driver does);
+// with other drivers declare it: WithPoolMode(poolmode.Direct).
+//
+// Behind PgBouncer transaction pooling, HoldSession works with the
+// pgadvisory driver under its policy hold (pgadvisory_policy=hold in the
+// DSN; rewrite holds too): the driver connection reports it through
+// SessionLockHolder and keeps the lock on a holder connection of its own,
+// and HoldSession sends only statements that are one lock call (SELECT
+// pg_advisory_lock($1), pg_try_advisory_lock($1) for NoWait,
+// pg_advisory_unlock($1) at Release). The wait is bounded on the client
+// (WithTimeout, the context deadline; the connection is closed and
+// discarded when it ends), PID is 0, the health check is SELECT 1, which
+// the driver fails with SQLSTATE PA007 once the holder has ended, and
+// WithFencing works as elsewhere.
+//
+//	db, _ := sql.Open("pgadvisory", "postgres://app@pgbouncer:6432/app?pgadvisory_policy=hold")
+//	leader, err := advisory.HoldSession(ctx, db, advisory.NamespacedKey("scheduler", "leader"))
 //
 // # Poolers and pgx
 //

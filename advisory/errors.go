@@ -43,7 +43,10 @@ var (
 
 	// ErrLockLost means a session lock may no longer be held: its
 	// connection failed, its health check failed, or pg_advisory_unlock
-	// reported that the lock was not held.
+	// reported that the lock was not held. A server error with SQLSTATE
+	// PA007, which the pgadvisory driver answers the first statement
+	// after a lock it held for the connection (policy hold) was lost,
+	// is classified as ErrLockLost too.
 	ErrLockLost = errors.New("advisory: lock lost")
 
 	// ErrUnsafePoolMode means a session-level lock was refused because the
@@ -64,7 +67,46 @@ const (
 	sqlStateLockNotAvailable = "55P03"
 	sqlStateDeadlock         = "40P01"
 	sqlStateQueryCanceled    = "57014"
+	// sqlStateLockLost is the pgadvisory driver's: a session lock it held
+	// for the connection behind transaction pooling was lost (its
+	// pgadvisory.SQLStateLockLost, spelled out: advisory does not import
+	// the driver).
+	sqlStateLockLost = "PA007"
 )
+
+// hasSQLState reports whether an error anywhere in err's tree carries
+// SQLSTATE code. errors.As stops at the first sqlStater, and an error may
+// carry several: the pgadvisory driver's refusal as database/sql returns it
+// wraps its typed error, whose cause can be a server error of its own
+// (57P01 for a terminated holder), beside the *pgconn.PgError with PA007.
+func hasSQLState(err error, code string) bool {
+	return hasSQLStateDepth(err, code, 0)
+}
+
+// maxErrDepth bounds the walk of hasSQLState over a malformed error tree.
+const maxErrDepth = 64
+
+func hasSQLStateDepth(err error, code string, depth int) bool {
+	for ; err != nil && depth < maxErrDepth; depth++ {
+		if st, ok := err.(sqlStater); ok && st.SQLState() == code {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if hasSQLStateDepth(e, code, depth+1) {
+					return true
+				}
+			}
+			return false
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
 
 // LockError reports a lock that was not taken or not released.
 type LockError struct {
@@ -125,11 +167,14 @@ func trimPrefix(s string) string {
 // the wait limit: then a context.DeadlineExceeded, or the 57014
 // query_canceled that a driver's cancel request may produce, is a lock
 // timeout. context.Canceled is left unclassified: the caller gave up, the
-// lock did not time out.
+// lock did not time out. The pgadvisory driver's PA007 (a lock it held was
+// lost) is ErrLockLost.
 func classify(ctx context.Context, op string, key Key, err error) error {
 	var kind error
 	var st sqlStater
 	switch {
+	case hasSQLState(err, sqlStateLockLost):
+		kind = ErrLockLost
 	case errors.As(err, &st) && st.SQLState() == sqlStateLockNotAvailable:
 		kind = ErrLockTimeout
 	case errors.As(err, &st) && st.SQLState() == sqlStateDeadlock:
@@ -161,8 +206,12 @@ func (e *PoolModeError) Error() string {
 			"interface{ PoolMode() poolmode.Mode } (the pgadvisory driver does), so declare it with " +
 			"advisory.WithPoolMode(poolmode.Direct) or poolmode.Session when no transaction/statement pooler sits in between"
 	}
+	fix := "use WithXactLock"
+	if e.Mode == poolmode.Transaction {
+		fix += ", or the pgadvisory driver with pgadvisory_policy=hold, which holds HoldSession's lock behind transaction pooling"
+	}
 	return fmt.Sprintf("advisory: session lock refused: pool mode %s (from %s) hands the backend to other clients "+
-		"between transactions, so a session lock would leak; use WithXactLock", e.Mode, e.Source)
+		"between transactions, so a session lock would leak; %s", e.Mode, e.Source, fix)
 }
 
 // Unwrap returns ErrUnsafePoolMode.

@@ -57,7 +57,13 @@ func targets(c *pgbouncer.Cluster, wide bool) []target {
 
 func openDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", dsn)
+	return openWith(t, "pgx", dsn)
+}
+
+// openWith opens dsn with the database/sql driver named driverName.
+func openWith(t testing.TB, driverName, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

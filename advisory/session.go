@@ -21,9 +21,28 @@ type PoolModer interface {
 	PoolMode() poolmode.Mode
 }
 
+// SessionLockHolder is implemented by driver connections that can keep
+// session-level locks working although their pool mode would leak them.
+// The pgadvisory driver's connection implements it: HoldsSessionLocks is
+// true behind PgBouncer transaction pooling under its policy hold (or
+// rewrite), where a statement that is one session-level lock call (SELECT
+// pg_advisory_lock($1), pg_try_advisory_lock($1), the _shared and two-key
+// forms, pg_advisory_unlock($1)) is held by the driver on a server
+// connection of its own. HoldSession asks for it through (*sql.Conn).Raw,
+// beside PoolModer, and then sends only such lone statements (see
+// HoldSession).
+type SessionLockHolder interface {
+	HoldsSessionLocks() bool
+}
+
 // SQL of the session lock's life cycle.
 const (
-	backendPIDSQL  = "SELECT pg_backend_pid()"
+	backendPIDSQL = "SELECT pg_backend_pid()"
+	// heldProbeSQL is, behind a driver that holds session locks, the first
+	// statement (it takes the pooler's server connection, as
+	// backendPIDSQL does) and the health check (the driver answers it
+	// with SQLSTATE PA007 once a held lock is lost).
+	heldProbeSQL   = "SELECT 1"
 	healthCheckSQL = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() " +
 		"AND granted AND mode = $1 AND classid::int8 = $2 AND objid::int8 = $3 AND objsubid = $4)"
 )
@@ -40,6 +59,7 @@ const (
 type SessionLock struct {
 	key      Key
 	shared   bool
+	held     bool // the driver holds the lock (SessionLockHolder): no pid, probe health checks
 	pid      int
 	token    Token
 	interval time.Duration
@@ -66,7 +86,27 @@ type SessionLock struct {
 // pgadvisory driver); other drivers cannot tell, so declare the mode with
 // WithPoolMode. It refuses with a *PoolModeError (matching
 // ErrUnsafePoolMode) under transaction or statement pooling, and when the
-// mode is unknown.
+// mode is unknown, except as follows.
+//
+// Behind PgBouncer transaction pooling, HoldSession works with the
+// pgadvisory driver under pgadvisory_policy=hold (or rewrite): its
+// connection reports HoldsSessionLocks (SessionLockHolder), and the driver
+// keeps the lock on a holder connection of its own. HoldSession then sends
+// only what the driver holds or passes through: SELECT 1 (to take a server
+// connection, as the pg_backend_pid read does elsewhere), the lone lock call
+// SELECT pg_advisory_lock($1) (pg_try_advisory_lock under NoWait, _shared
+// under Shared, ($1::int4, $2::int4) for a PairKey), the fencing token's
+// nextval under WithFencing (an ordinary statement, read after the grant
+// as elsewhere), and at Release SELECT pg_advisory_unlock($1). The wait is
+// bounded on the client, by WithTimeout and the context deadline: past it
+// pgx closes the connection, which ends the wait in the driver and holds
+// nothing, and HoldSession discards the connection and returns a
+// *LockError matching ErrLockTimeout (and context.DeadlineExceeded); a
+// lock_timeout the session has (a startup parameter) ends the wait with
+// 55P03, ErrLockTimeout too. A wait for a server connection of the pooler
+// for the lock's holder counts as the lock's wait. PID is 0, and the
+// health check is SELECT 1 on the pinned connection, which the driver
+// fails with SQLSTATE PA007 once the holder connection has ended.
 //
 // WithTimeout bounds the wait for the connection and for the lock
 // together, as in WithXactLock (a wait for the connection that ends is
@@ -80,14 +120,21 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 		if err != nil {
 			return nil, 0, err
 		}
+		holds := false
 		if err := conn.Raw(func(dc any) error {
 			if pm, ok := dc.(PoolModer); ok {
 				mode = pm.PoolMode()
+			}
+			if h, ok := dc.(SessionLockHolder); ok {
+				holds = h.HoldsSessionLocks()
 			}
 			return nil
 		}); err != nil {
 			conn.Close()
 			return nil, 0, fmt.Errorf("read pool mode: %w", err)
+		}
+		if holds {
+			return heldSQLConn{sqlConn{conn}}, mode, nil
 		}
 		return sqlConn{conn}, mode, nil
 	}
@@ -95,7 +142,9 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 }
 
 // holdSession is HoldSession for any driver: pin takes the connection
-// (handle is what it takes it from, checked for nil).
+// (handle is what it takes it from, checked for nil). A pinned connection
+// that implements SessionLockHolder and reports true is taken behind
+// transaction pooling, with lone lock statements (holdHeld).
 func holdSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key Key, opts []LockOption) (_ *SessionLock, err error) {
 	c, err := newConfig(fn, optTimeout|optShared|optNoWait|optFencing|optPoolMode|optHealth, opts)
 	if err != nil {
@@ -126,12 +175,25 @@ func holdSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key
 	if driverMode != poolmode.Unknown {
 		mode, source = driverMode, "driver"
 	}
+	held := false
 	if !mode.SessionLocksSafe() {
-		_ = conn.Close()
-		return nil, &PoolModeError{Mode: mode, Source: source}
+		h, ok := conn.(SessionLockHolder)
+		if !ok || !h.HoldsSessionLocks() {
+			_ = conn.Close()
+			return nil, &PoolModeError{Mode: mode, Source: source}
+		}
+		held = true
 	}
-	l := &SessionLock{key: key, shared: c.has(optShared), interval: c.interval, conn: conn,
+	l := &SessionLock{key: key, shared: c.has(optShared), held: held, interval: c.interval, conn: conn,
 		stop: make(chan struct{}), loopDone: make(chan struct{})}
+	if held {
+		if err := holdHeld(ctx, wctx, fn, l, c, start); err != nil {
+			return nil, err
+		}
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+		go l.watch()
+		return l, nil
+	}
 	if err := conn.QueryRow(wctx, backendPIDSQL, nil, &l.pid); err != nil {
 		conn.Discard()
 		return nil, sessionWaitError(ctx, fn, key, err, "read backend pid")
@@ -147,10 +209,7 @@ func holdSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key
 		// The lock may have been granted before a later step failed (the
 		// fencing token): never hand such a connection back to the pool.
 		conn.Discard()
-		if le := (*LockError)(nil); errors.As(err, &le) && le.Op == "lock" {
-			le.Op = "session lock"
-		}
-		return nil, err
+		return nil, sessionOp(err)
 	}
 	if c.has(optFencing) {
 		l.token = *c.token
@@ -158,6 +217,78 @@ func holdSession(ctx context.Context, fn string, handle any, pin bridge.Pin, key
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	go l.watch()
 	return l, nil
+}
+
+// holdHeld takes l's lock behind a driver that holds session locks
+// (SessionLockHolder): with lone lock statements only, the wait bounded on
+// the client (the driver cannot be given lock_timeout in the statement, and
+// a SET would stay on the pooler's shared server connection). wctx bounds
+// the first statement as the wait for a connection; start is when that
+// wait began. On error the connection is discarded: a canceled wait has
+// already closed it, and the lock may have been granted before a later
+// step (the fencing token) failed.
+func holdHeld(ctx, wctx context.Context, fn string, l *SessionLock, c *config, start time.Time) (err error) {
+	key, conn := l.key, l.conn
+	defer func() {
+		if err != nil {
+			conn.Discard()
+		}
+	}()
+	var one int64
+	if err := conn.QueryRow(wctx, heldProbeSQL, nil, &one); err != nil {
+		return sessionWaitError(wctx, fn, key, err, "reach the server")
+	}
+	if err := expired(ctx, key); err != nil {
+		return sessionOp(err)
+	}
+	lctx, tctx := ctx, ctx // the lock's wait, and the fencing token's read
+	if c.has(optTimeout) {
+		deadline := start.Add(c.timeout)
+		if !time.Now().Before(deadline) { // the connection took it all
+			deadline = time.Now().Add(time.Millisecond)
+		}
+		var cancelL, cancelT context.CancelFunc
+		lctx, cancelL = context.WithDeadline(ctx, deadline)
+		defer cancelL()
+		tctx, cancelT = context.WithDeadline(ctx, deadline.Add(answerMargin))
+		defer cancelT()
+	}
+	st := buildLock(key, true, l.shared, c.has(optNoWait), "", "", false)
+	var got sql.NullBool
+	if st.try {
+		err = conn.QueryRow(lctx, st.query, st.args, &got)
+	} else {
+		err = conn.Exec(lctx, st.query, st.args...)
+		got.Bool = true
+	}
+	if err != nil {
+		// Past the deadline the error is the deadline's, whatever the
+		// driver calls it (pgx: a timeout; database/sql may see the
+		// closed connection first): the wait timed out.
+		if errors.Is(lctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+		}
+		return sessionOp(classify(lctx, "lock", key, err))
+	}
+	if !got.Bool {
+		return &LockError{Op: "session lock", Key: key, Kind: ErrNotAcquired}
+	}
+	if err := after(tctx, conn, key, c, st, ""); err != nil {
+		return err
+	}
+	if c.has(optFencing) {
+		l.token = *c.token
+	}
+	return nil
+}
+
+// sessionOp names a lock error of HoldSession's lock statement "session
+// lock".
+func sessionOp(err error) error {
+	if le := (*LockError)(nil); errors.As(err, &le) && le.Op == "lock" {
+		le.Op = "session lock"
+	}
+	return err
 }
 
 // sessionWaitError classifies a failure before HoldSession's lock
@@ -204,7 +335,12 @@ var notHeld = func() context.Context {
 func (l *SessionLock) made() bool { return l != nil && l.ctx != nil }
 
 // PID returns the server process that holds the lock (pg_backend_pid of
-// the pinned connection).
+// the pinned connection). It is 0 behind a driver that holds the lock
+// (SessionLockHolder, transaction pooling): the lock is then held by the
+// driver's holder connection, whose backend the client cannot name, and the
+// pinned connection's own statements run on whichever server connection the
+// pooler hands out, so no PID of this connection holds the lock. To find
+// the holder, use Holders (pg_locks) with the key.
 func (l *SessionLock) PID() int {
 	if l == nil {
 		return 0
@@ -285,6 +421,15 @@ func (l *SessionLock) check() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.interval)
 	defer cancel()
+	if l.held {
+		// The driver answers the first statement after the holder's end
+		// with SQLSTATE PA007; any failure may mean a lost lock.
+		var one int64
+		if err := l.conn.QueryRow(ctx, heldProbeSQL, nil, &one); err != nil {
+			return &LockError{Op: "health check", Key: l.key, Kind: ErrLockLost, Err: err}
+		}
+		return nil
+	}
 	mode := "ExclusiveLock"
 	if l.shared {
 		mode = "ShareLock"
