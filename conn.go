@@ -95,7 +95,7 @@ func (c *Conn) PoolMode() poolmode.Mode {
 // transaction pooling under PolicyHold (or PolicyRewrite, in autocommit),
 // for a statement that is one lock call. advisory.HoldSession asks for it.
 func (c *Conn) HoldsSessionLocks() bool {
-	return c.gc != nil && c.gc.g.holdEnabled() && c.PoolMode() == poolmode.Transaction
+	return c.gc != nil && c.gc.HoldsSessionLocks()
 }
 
 // Evidence returns why the pool mode was concluded.

@@ -730,6 +730,16 @@ func (c *guardConn) resetHolds() {
 	}
 }
 
+// HoldsSessionLocks reports whether the guard keeps session-level lock
+// calls working on this connection (policy hold, or rewrite in autocommit,
+// behind transaction pooling). Packages that cannot import this one find it
+// on pgconn's net.Conn: pgxadvisory.HoldSession asks for it.
+func (c *guardConn) HoldsSessionLocks() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.g.holdEnabled() && c.mode == poolmode.Transaction
+}
+
 // holding reports whether the connection holds locks through holders.
 func (c *guardConn) holding() bool {
 	c.wmu.Lock()
