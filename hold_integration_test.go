@@ -538,3 +538,13 @@ func TestIntegrationHoldCost(t *testing.T) {
 		t.Fatal("unlock")
 	}
 }
+
+// TestIntegrationHoldStatementPooling: statement pooling cannot keep a
+// holder's transaction open, so hold refuses there, as reject does.
+func TestIntegrationHoldStatementPooling(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, withParams(t, c.WideDSN(pgbouncer.Statement), "pgadvisory_policy", "hold", "pgadvisory_pool_mode", "statement"))
+	_, err := a.Exec(t.Context(), "SELECT pg_advisory_lock($1)", 9114)
+	wantRefusal(t, err, pgadvisory.ErrSessionLock)
+	wantLocks(t, c)
+}

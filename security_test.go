@@ -51,6 +51,7 @@ var allowedDynamicSQL = map[string]string{
 	// placeholders; keys, timeouts and leases are bind parameters. Its
 	// adapters forward those statements to database/sql or pgx.
 	"advisory/xact.go:acquireOnce":                 "lockStmt: constant function names and $n placeholders; every value is an argument",
+	"advisory/session.go:holdHeld":                 "lockStmt from buildLock (a lone lock call behind policy hold): constant function names and $n placeholders",
 	"advisory/session.go:(*SessionLock).Release":   "buildUnlock: constant function name and $n placeholders",
 	"advisory/fencing.go:createFencingSchema":      "iterates FencingSchemaStatements, two constant DDL statements",
 	"advisory/sqladapt.go:(sqlTx).Exec":            "adapter: forwards advisory's own statements to *sql.Tx",
