@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
