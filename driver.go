@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/poolmode"
+	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
 )
 
 // DriverName is the name the driver registers with database/sql.
@@ -221,7 +222,7 @@ func (c *Connector) detect(ctx context.Context, pc *pgx.Conn) (poolmode.Mode, po
 	if err := admin.buildAdmin(pcfg.Host, pcfg.Port); err != nil {
 		return poolmode.Unknown, poolmode.Evidence{}, err
 	}
-	m, ev, err := poolmode.Detect(ctx, pc.PgConn(), poolmode.DetectOptions{Admin: admin.admin, Logger: c.cfg.logger, Database: pcfg.Database, User: pcfg.User})
+	m, ev, err := pgdetect.Detect(ctx, pc.PgConn(), pgdetect.Options{Admin: admin.admin, Logger: c.cfg.logger, Database: pcfg.Database, User: pcfg.User})
 	if err != nil {
 		return m, ev, fmt.Errorf("pgadvisory: detect pool mode: %w", err)
 	}

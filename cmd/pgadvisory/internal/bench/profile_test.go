@@ -33,7 +33,7 @@ func TestLayer(t *testing.T) {
 		{LayerPgadvisory, []string{"github.com/pgadvisory/pgadvisory.(*Conn).QueryContext"}},
 		{LayerPgadvisory, []string{"github.com/pgadvisory/pgadvisory/advisory.WithXactLock.func1"}},
 		{LayerPgadvisory, []string{"github.com/pgadvisory/pgadvisory/lockscan.Scan"}},
-		{LayerPgadvisory, []string{"github.com/pgadvisory/pgadvisory/poolmode.Detect"}},
+		{LayerPgadvisory, []string{"github.com/pgadvisory/pgadvisory/poolmode/pgdetect.Detect"}},
 		{LayerOther, []string{"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/bench.phase.func1"}}, // the harness is not the library
 		{LayerOther, []string{"github.com/pgadvisory/pgadvisoryx.F"}},                                        // a prefix is not a package
 		{LayerRedis, []string{"github.com/redis/go-redis/v9/internal/proto.(*Reader).ReadReply"}},

@@ -1,4 +1,11 @@
-package poolmode
+// Package pgdetect detects the pool mode behind a live pgx connection
+// (pgconn): the round trips that package poolmode's names describe.
+//
+// It is a package of its own so that poolmode, which advisory's API uses
+// with any driver, links nothing of pgx. Detect, ServerPID and AskAdmin
+// were poolmode.Detect, poolmode.ServerPID and poolmode.AskAdmin;
+// poolmode.DetectOptions is Options.
+package pgdetect
 
 import (
 	"context"
@@ -9,94 +16,15 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
-// Source names where a detected Mode came from.
-type Source string
-
-const (
-	// SourceDeclared: the user declared the mode (option or DSN parameter).
-	SourceDeclared Source = "declared"
-	// SourceParameterStatus: the server announced the pool mode in a
-	// ParameterStatus message at connect time.
-	SourceParameterStatus Source = "parameter_status"
-	// SourceBackendPID: the BackendKeyData PID matched pg_backend_pid(), so
-	// there is no pooler in between.
-	SourceBackendPID Source = "backend_pid"
-	// SourceAdminConsole: PgBouncer's admin console (SHOW POOLS) named the
-	// mode of our database and user.
-	SourceAdminConsole Source = "admin_console"
-	// SourceFallback: a pooler is in between but nothing identified its mode;
-	// Transaction is assumed because it is the strictest mode that still
-	// allows transactions (fail safe).
-	SourceFallback Source = "fallback"
-	// SourcePoolerRefusal: the pooler refused a transaction as only
-	// statement pooling does ("transaction blocks not allowed in statement
-	// pooling mode").
-	SourcePoolerRefusal Source = "pooler_refusal"
-)
-
-// ParameterStatusKeys are the ParameterStatus names Detect reads for a pool
-// mode announced by the server. PgBouncer 1.18 sends none of them (its
-// ParameterStatus values are the server's), so this step only helps poolers
-// that choose to announce themselves.
-var ParameterStatusKeys = []string{"pgbouncer.pool_mode", "pgbouncer_pool_mode", "pool_mode"}
-
-// Evidence records why Detect concluded what it did. Fields that a step did
-// not look at stay zero.
-type Evidence struct {
-	// Source is the step that decided the mode.
-	Source Source
-	// BackendKeyPID is the process ID from the BackendKeyData message of the
-	// connection (what the server or pooler claims).
-	BackendKeyPID uint32
-	// ServerPID is what SELECT pg_backend_pid() returned; 0 when not asked.
-	ServerPID uint32
-	// PoolerSuspected is true when the two PIDs differ: some pooler answers
-	// the connection.
-	PoolerSuspected bool
-	// ParameterStatus is the announced pool mode, when a server sent one.
-	ParameterStatus string
-	// AdminPoolMode is the pool_mode column of the SHOW POOLS row matching
-	// Database and User, when the admin console was asked.
-	AdminPoolMode string
-	// AdminError is why asking the admin console failed, if it did. The
-	// detection then falls back to Transaction.
-	AdminError string
-	// PgBouncerVersion is the admin console's server_version (for example
-	// "1.18.0/bouncer") when it was asked.
-	PgBouncerVersion string
-	// Database and User are the names the pool was looked up by.
-	Database, User string
-}
-
-// String summarises the evidence in one line.
-func (e Evidence) String() string {
-	var b strings.Builder
-	b.WriteString("source=" + string(e.Source))
-	if e.BackendKeyPID != 0 || e.ServerPID != 0 {
-		fmt.Fprintf(&b, " backend_key_pid=%d server_pid=%d", e.BackendKeyPID, e.ServerPID)
-	}
-	if e.ParameterStatus != "" {
-		b.WriteString(" parameter_status=" + e.ParameterStatus)
-	}
-	if e.PgBouncerVersion != "" {
-		b.WriteString(" pgbouncer=" + e.PgBouncerVersion)
-	}
-	if e.AdminPoolMode != "" {
-		b.WriteString(" admin_pool_mode=" + e.AdminPoolMode)
-	}
-	if e.AdminError != "" {
-		b.WriteString(" admin_error=" + strconv.Quote(e.AdminError))
-	}
-	return b.String()
-}
-
-// DetectOptions tunes Detect.
-type DetectOptions struct {
+// Options tunes Detect.
+type Options struct {
 	// Declared, when not Unknown, is returned at once with SourceDeclared and
 	// no round trip.
-	Declared Mode
+	Declared poolmode.Mode
 	// Admin is the PgBouncer admin console to ask when a pooler is
 	// suspected. Nil skips the step.
 	Admin *pgconn.Config
@@ -119,45 +47,45 @@ type DetectOptions struct {
 // simple protocol so no prepared statement is left behind), plus one short
 // admin-console connection when a pooler is suspected and credentials are
 // given. pc must be idle.
-func Detect(ctx context.Context, pc *pgconn.PgConn, opts DetectOptions) (Mode, Evidence, error) {
-	if opts.Declared != Unknown {
-		if _, err := Parse(opts.Declared.String()); err != nil {
-			return Unknown, Evidence{}, fmt.Errorf("poolmode: invalid declared mode %d", int(opts.Declared))
+func Detect(ctx context.Context, pc *pgconn.PgConn, opts Options) (poolmode.Mode, poolmode.Evidence, error) {
+	if opts.Declared != poolmode.Unknown {
+		if _, err := poolmode.Parse(opts.Declared.String()); err != nil {
+			return poolmode.Unknown, poolmode.Evidence{}, fmt.Errorf("poolmode: invalid declared mode %d", int(opts.Declared))
 		}
-		return opts.Declared, Evidence{Source: SourceDeclared}, nil
+		return opts.Declared, poolmode.Evidence{Source: poolmode.SourceDeclared}, nil
 	}
 	if pc == nil {
-		return Unknown, Evidence{}, errors.New("poolmode: detect needs a connection")
+		return poolmode.Unknown, poolmode.Evidence{}, errors.New("poolmode: detect needs a connection")
 	}
-	ev := Evidence{Database: opts.Database, User: opts.User, BackendKeyPID: pc.PID()}
-	for _, k := range ParameterStatusKeys {
+	ev := poolmode.Evidence{Database: opts.Database, User: opts.User, BackendKeyPID: pc.PID()}
+	for _, k := range poolmode.ParameterStatusKeys {
 		if v := pc.ParameterStatus(k); v != "" {
 			if m, err := parsePoolerMode(v); err == nil {
-				ev.Source, ev.ParameterStatus = SourceParameterStatus, v
+				ev.Source, ev.ParameterStatus = poolmode.SourceParameterStatus, v
 				return m, ev, nil
 			}
 		}
 	}
 	pid, err := ServerPID(ctx, pc)
 	if err != nil {
-		return Unknown, ev, err
+		return poolmode.Unknown, ev, err
 	}
 	ev.ServerPID = pid
 	if pid == ev.BackendKeyPID {
-		ev.Source = SourceBackendPID
-		return Direct, ev, nil
+		ev.Source = poolmode.SourceBackendPID
+		return poolmode.Direct, ev, nil
 	}
 	ev.PoolerSuspected = true
 	if opts.Admin != nil {
 		m, version, poolMode, err := AskAdmin(ctx, opts.Admin, opts.Database, opts.User)
 		ev.PgBouncerVersion, ev.AdminPoolMode = version, poolMode
 		if err == nil {
-			ev.Source = SourceAdminConsole
+			ev.Source = poolmode.SourceAdminConsole
 			return m, ev, nil
 		}
 		ev.AdminError = err.Error()
 	}
-	ev.Source = SourceFallback
+	ev.Source = poolmode.SourceFallback
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -169,7 +97,7 @@ func Detect(ctx context.Context, pc *pgconn.PgConn, opts DetectOptions) (Mode, E
 	logger.LogAttrs(ctx, slog.LevelWarn,
 		"pgadvisory: a connection pooler answers this connection but its pool mode is unknown; assuming transaction pooling (session-level advisory locks are refused). Declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)",
 		attrs...)
-	return Transaction, ev, nil
+	return poolmode.Transaction, ev, nil
 }
 
 // ServerPID runs SELECT pg_backend_pid() on pc with the simple query
@@ -194,24 +122,24 @@ func ServerPID(ctx context.Context, pc *pgconn.PgConn) (uint32, error) {
 // extended one), and returns the mode of the row for database and user,
 // the console's server_version and the raw pool_mode text. An empty
 // database or user matches any row only when exactly one row is left.
-func AskAdmin(ctx context.Context, admin *pgconn.Config, database, user string) (m Mode, version, poolMode string, err error) {
+func AskAdmin(ctx context.Context, admin *pgconn.Config, database, user string) (m poolmode.Mode, version, poolMode string, err error) {
 	conn, err := pgconn.ConnectConfig(ctx, admin)
 	if err != nil {
 		// pgconn's connect errors do not contain the password.
-		return Unknown, "", "", fmt.Errorf("poolmode: connect to admin console: %w", err)
+		return poolmode.Unknown, "", "", fmt.Errorf("poolmode: connect to admin console: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	version = conn.ParameterStatus("server_version")
 	res, err := conn.Exec(ctx, "SHOW POOLS").ReadAll()
 	if err != nil {
-		return Unknown, version, "", fmt.Errorf("poolmode: admin console SHOW POOLS: %w", err)
+		return poolmode.Unknown, version, "", fmt.Errorf("poolmode: admin console SHOW POOLS: %w", err)
 	}
 	if len(res) != 1 {
-		return Unknown, version, "", errors.New("poolmode: admin console SHOW POOLS returned no result")
+		return poolmode.Unknown, version, "", errors.New("poolmode: admin console SHOW POOLS returned no result")
 	}
 	poolMode, err = findPool(res[0], database, user)
 	if err != nil {
-		return Unknown, version, "", err
+		return poolmode.Unknown, version, "", err
 	}
 	m, err = parsePoolerMode(poolMode)
 	return m, version, poolMode, err
@@ -245,14 +173,14 @@ func findPool(r *pgconn.Result, database, user string) (string, error) {
 }
 
 // parsePoolerMode maps a pooler's pool-mode name to a Mode.
-func parsePoolerMode(s string) (Mode, error) {
+func parsePoolerMode(s string) (poolmode.Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "session":
-		return Session, nil
+		return poolmode.Session, nil
 	case "transaction":
-		return Transaction, nil
+		return poolmode.Transaction, nil
 	case "statement":
-		return Statement, nil
+		return poolmode.Statement, nil
 	}
-	return Unknown, fmt.Errorf("poolmode: unknown pooler pool mode %q", s)
+	return poolmode.Unknown, fmt.Errorf("poolmode: unknown pooler pool mode %q", s)
 }

@@ -1,4 +1,4 @@
-package poolmode
+package pgdetect
 
 import (
 	"context"
@@ -6,18 +6,20 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
 func TestDetectDeclaredNoRoundTrip(t *testing.T) {
 	// A nil connection proves that nothing is sent.
-	m, ev, err := Detect(context.Background(), nil, DetectOptions{Declared: Session})
-	if err != nil || m != Session || ev.Source != SourceDeclared {
+	m, ev, err := Detect(context.Background(), nil, Options{Declared: poolmode.Session})
+	if err != nil || m != poolmode.Session || ev.Source != poolmode.SourceDeclared {
 		t.Fatalf("Detect declared = %v %v %v", m, ev, err)
 	}
-	if _, _, err := Detect(context.Background(), nil, DetectOptions{Declared: Mode(42)}); err == nil {
+	if _, _, err := Detect(context.Background(), nil, Options{Declared: poolmode.Mode(42)}); err == nil {
 		t.Error("invalid declared mode accepted")
 	}
-	if _, _, err := Detect(context.Background(), nil, DetectOptions{}); err == nil {
+	if _, _, err := Detect(context.Background(), nil, Options{}); err == nil {
 		t.Error("nil connection accepted")
 	}
 }
@@ -47,20 +49,12 @@ func TestFindPool(t *testing.T) {
 }
 
 func TestParsePoolerMode(t *testing.T) {
-	for in, want := range map[string]Mode{"session": Session, "Transaction": Transaction, " statement ": Statement} {
+	for in, want := range map[string]poolmode.Mode{"session": poolmode.Session, "Transaction": poolmode.Transaction, " statement ": poolmode.Statement} {
 		if got, err := parsePoolerMode(in); err != nil || got != want {
 			t.Errorf("parsePoolerMode(%q) = %v, %v", in, got, err)
 		}
 	}
 	if _, err := parsePoolerMode("direct"); err == nil {
 		t.Error("a pooler cannot report direct")
-	}
-}
-
-func TestEvidenceString(t *testing.T) {
-	ev := Evidence{Source: SourceAdminConsole, BackendKeyPID: 7, ServerPID: 9, PgBouncerVersion: "1.18.0/bouncer", AdminPoolMode: "transaction"}
-	want := "source=admin_console backend_key_pid=7 server_pid=9 pgbouncer=1.18.0/bouncer admin_pool_mode=transaction"
-	if got := ev.String(); got != want {
-		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
