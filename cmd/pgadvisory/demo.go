@@ -13,6 +13,7 @@ import (
 
 	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
+	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
 )
 
 func init() {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/pgadvisory/pgadvisory/internal/spawn"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
+	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
 )
 
 // target is a server the suites run against.
