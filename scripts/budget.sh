@@ -153,7 +153,7 @@ n_pgx=$(wc -l <"$tmp/pgxonly.mods")
 echo "== budget: a fresh module importing github.com/pgadvisory/pgadvisory and .../advisory (go $goversion, pgx $pgxversion)"
 echo "modules (go list -m all): $n, budget $budget; a pgx-stdlib-only module: $n_pgx"
 beyond=$(cut -d' ' -f1 "$tmp/consumer.mods" | grep -v '^example.com/' | sort | comm -23 - "$tmp/pgxonly.paths")
-echo "  $(echo "$beyond" | wc -l) beyond pgx-only's (besides the main module): $(echo "$beyond" | tr '\n' ' ')"
+echo "  $(echo "$beyond" | wc -l) beyond pgx-only's (besides the main module): $(echo "$beyond" | paste -sd ' ' -)"
 if [ "$n" -gt "$budget" ]; then
 	echo "budget: FAIL: $n modules, more than $budget"
 	fail=1
@@ -161,26 +161,26 @@ fi
 cut -d' ' -f1 "$tmp/consumer.mods" | sort | grep -E "$lab" >"$tmp/lab.mods" || true
 comm -23 "$tmp/lab.mods" "$tmp/pgxonly.paths" >"$tmp/lab.new"
 if [ -s "$tmp/lab.new" ]; then
-	echo "budget: FAIL: modules of the lab in the graph: $(tr '\n' ' ' <"$tmp/lab.new")"
+	echo "budget: FAIL: modules of the lab in the graph: $(paste -sd ' ' - <"$tmp/lab.new")"
 	fail=1
 elif [ -s "$tmp/lab.mods" ]; then
 	echo "lab modules: none beyond the pgx-only graph's, where a go.mod of pgx's dependencies names them (not linked):"
 	(cd "$tmp/pgxonly" && go mod graph) >"$tmp/pgxonly.graph"
 	while read -r m; do
-		echo "  $m, required by $(awk -v m="$m" 'index($2, m "@") == 1 { print $1 }' "$tmp/pgxonly.graph" | sort -u | tr '\n' ' ')"
+		echo "  $m, required by $(awk -v m="$m" 'index($2, m "@") == 1 { print $1 }' "$tmp/pgxonly.graph" | sort -u | paste -sd ' ' -)"
 	done <"$tmp/lab.mods"
 else
 	echo "lab modules: none"
 fi
 linked=$(cd "$tmp/consumer" && go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -E "$lab" || true)
 if [ -n "$linked" ]; then
-	echo "budget: FAIL: the consumer links $(echo "$linked" | tr '\n' ' ')"
+	echo "budget: FAIL: the consumer links $(echo "$linked" | paste -sd ' ' -)"
 	fail=1
 fi
 
 pgxlinked=$(cd "$tmp/advonly" && go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' . | grep -E '^github.com/(jackc|pganalyze|wasilibs)/' || true)
 if [ -n "$pgxlinked" ]; then
-	echo "budget: FAIL: a program using advisory and poolmode only links $(echo "$pgxlinked" | tr '\n' ' ')"
+	echo "budget: FAIL: a program using advisory and poolmode only links $(echo "$pgxlinked" | paste -sd ' ' -)"
 	fail=1
 else
 	echo "advisory + poolmode alone (any driver): no package of pgx or of a parser linked"
