@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory/poolmode"
+	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
 )
 
 // adminAnswerTTL is how long the admin console's answer serves new
@@ -54,7 +55,7 @@ func (a *adminProbe) ask(ctx context.Context, admin *pgconn.Config, database, us
 		a.probes++
 		a.mu.Unlock()
 
-		m, version, poolMode, err := poolmode.AskAdmin(ctx, admin, database, user)
+		m, version, poolMode, err := pgdetect.AskAdmin(ctx, admin, database, user)
 
 		a.mu.Lock()
 		a.inflight = nil
@@ -98,7 +99,7 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	default:
 		return nil
 	}
-	m, ev, err := poolmode.Detect(ctx, pc, poolmode.DetectOptions{Logger: discardLogger, Database: g.database, User: g.user})
+	m, ev, err := pgdetect.Detect(ctx, pc, pgdetect.Options{Logger: discardLogger, Database: g.database, User: g.user})
 	if err != nil {
 		return fmt.Errorf("pgadvisory: detect pool mode: %w", err)
 	}

@@ -83,7 +83,7 @@
 // # Pool mode
 //
 // The mode is declared (WithPoolMode, pgadvisory_pool_mode) or detected on
-// every new physical connection (pgconn's AfterConnect, package poolmode):
+// every new physical connection (pgconn's AfterConnect, package poolmode/pgdetect):
 // a ParameterStatus announcing it; else the BackendKeyData PID compared with
 // SELECT pg_backend_pid() — one round trip, equal means direct; else
 // PgBouncer's admin console (SHOW POOLS) when credentials are given, one

@@ -14,23 +14,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/jmoiron/sqlx"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/poolmode"
+	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
 )
 
-// DriverName is the name the driver registers with database/sql.
+// DriverName is the name the driver registers with database/sql. sqlx
+// knows no bind style for it and would send "?" placeholders from NamedExec
+// and Rebind: sqlx users import github.com/pgadvisory/pgadvisory/sqlxbind
+// for its side effect, or call sqlx.BindDriver(pgadvisory.DriverName,
+// sqlx.DOLLAR) once.
 const DriverName = "pgadvisory"
 
 func init() {
 	if !slices.Contains(sql.Drivers(), DriverName) {
 		sql.Register(DriverName, &Driver{})
 	}
-	// sqlx picks bind variables by driver name and falls back to "?" for
-	// names it does not know, which breaks NamedExec and Rebind on
-	// PostgreSQL; tell it we speak $1.
-	sqlx.BindDriver(DriverName, sqlx.DOLLAR)
 }
 
 // Driver is the database/sql driver registered as "pgadvisory". Its DSN is
@@ -224,7 +224,7 @@ func (c *Connector) detect(ctx context.Context, pc *pgx.Conn) (poolmode.Mode, po
 	if err := admin.buildAdmin(pcfg.Host, pcfg.Port); err != nil {
 		return poolmode.Unknown, poolmode.Evidence{}, err
 	}
-	m, ev, err := poolmode.Detect(ctx, pc.PgConn(), poolmode.DetectOptions{Admin: admin.admin, Logger: c.cfg.logger, Database: pcfg.Database, User: pcfg.User})
+	m, ev, err := pgdetect.Detect(ctx, pc.PgConn(), pgdetect.Options{Admin: admin.admin, Logger: c.cfg.logger, Database: pcfg.Database, User: pcfg.User})
 	if err != nil {
 		return m, ev, fmt.Errorf("pgadvisory: detect pool mode: %w", err)
 	}

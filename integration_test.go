@@ -12,9 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jmoiron/sqlx"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -339,50 +337,5 @@ func TestIntegrationPgxTypesBind(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SELECT $1::int4", pgtype.Int4{Int32: 9, Valid: true}).Scan(&n); err != nil || n.Int32 != 9 {
 			t.Errorf("pgtype.Int4: %v %v", n, err)
 		}
-	}
-}
-
-func TestIntegrationSqlx(t *testing.T) {
-	c := pgbouncer.Need(t, cluster)
-	ctx := t.Context()
-	db, err := sqlx.Open("pgadvisory", c.DSN(pgbouncer.Transaction))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	table := "pgadvisory_sqlx_test"
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (id int PRIMARY KEY, name text)"); err != nil {
-		t.Fatal(err)
-	}
-	defer db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table)
-	type row struct {
-		ID   int    `db:"id"`
-		Name string `db:"name"`
-	}
-	if _, err := db.NamedExecContext(ctx, "INSERT INTO "+table+" (id, name) VALUES (:id, :name)", []row{{1, "a"}, {2, "b"}}); err != nil {
-		t.Fatal(err)
-	}
-	var one row
-	if err := db.GetContext(ctx, &one, "SELECT id, name FROM "+table+" WHERE id = $1", 2); err != nil || one.Name != "b" {
-		t.Fatalf("Get: %+v %v", one, err)
-	}
-	var all []row
-	if err := db.SelectContext(ctx, &all, "SELECT id, name FROM "+table+" ORDER BY id"); err != nil || len(all) != 2 {
-		t.Fatalf("Select: %+v %v", all, err)
-	}
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got bool
-	if err := tx.GetContext(ctx, &got, "SELECT pg_try_advisory_xact_lock($1)", 4_000_070); err != nil || !got {
-		t.Fatalf("xact lock in sqlx tx: %v %v", got, err)
-	}
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_lock($1)", 4_000_070); !errors.Is(err, pgadvisory.ErrSessionLock) {
-		t.Fatalf("session lock in sqlx tx: %v", err)
-	}
-	// As after any failed statement, the transaction is aborted.
-	if err := tx.Commit(); !errors.Is(err, pgx.ErrTxCommitRollback) {
-		t.Fatalf("commit after the refusal: %v, want pgx.ErrTxCommitRollback", err)
 	}
 }

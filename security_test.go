@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/tools/go/packages"
-
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -70,11 +68,7 @@ func TestNoDynamicSQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads and type-checks packages")
 	}
-	cfg := &packages.Config{
-		Mode:  packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
-		Tests: false,
-	}
-	pkgs, err := packages.Load(cfg, ".", "./advisory", "./poolmode")
+	pkgs, err := loadPackages(".", "./advisory", "./poolmode/...")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// A program that uses advisory with database/sql must not link pgx because
-// pgx helpers exist: they live in pgxadvisory, which only its importers
-// link. (advisory reaches pgconn through poolmode, for poolmode.Mode; pgx
-// itself, pgxpool and stdlib stay out.)
+// A program that uses advisory with database/sql and any driver must not
+// link pgx because pgx helpers exist: they live in pgxadvisory, which only
+// its importers link. Nor does poolmode.Mode bring pgx's wire packages:
+// detection over pgconn lives in poolmode/pgdetect.
 func TestAdvisoryDoesNotLinkPgx(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -20,9 +20,10 @@ func TestAdvisoryDoesNotLinkPgx(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		switch dep {
-		case "github.com/jackc/pgx/v5", "github.com/jackc/pgx/v5/pgxpool", "github.com/jackc/pgx/v5/stdlib",
-			"github.com/pgadvisory/pgadvisory/advisory/pgxadvisory":
+		switch {
+		case strings.HasPrefix(dep, "github.com/jackc/"), // pgx, pgconn, pgproto3, pgtype, pgxpool, stdlib, puddle
+			dep == "github.com/pgadvisory/pgadvisory/advisory/pgxadvisory",
+			dep == "github.com/pgadvisory/pgadvisory/poolmode/pgdetect":
 			t.Errorf("advisory links %s", dep)
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
@@ -49,11 +47,16 @@ func ExampleWithXactLock() {
 	}
 }
 
-// Inside a transaction you manage, for example with sqlx.
+// Inside a transaction you manage: a *sql.Tx, or sqlx's *sqlx.Tx (see
+// package github.com/pgadvisory/pgadvisory/sqlxbind for sqlx over the
+// pgadvisory driver).
 func ExampleXactLock() {
-	db := sqlx.MustOpen("pgx", os.Getenv("DATABASE_URL"))
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
-	tx, err := db.BeginTxx(ctx, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

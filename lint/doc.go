@@ -14,7 +14,7 @@
 //
 // Standalone, or as a vet tool:
 //
-//	go install github.com/pgadvisory/pgadvisory/cmd/pgadvisoryvet@latest
+//	go install github.com/pgadvisory/pgadvisory/lint/cmd/pgadvisoryvet@latest
 //	pgadvisoryvet ./...
 //	go vet -vettool=$(which pgadvisoryvet) ./...
 //

@@ -1,5 +1,5 @@
 #!/bin/sh
-# vetgolden.sh builds cmd/pgadvisoryvet, runs it standalone, as
+# vetgolden.sh builds lint/cmd/pgadvisoryvet, runs it standalone, as
 # `go vet -vettool`, and with -fix -diff over the standalone module
 # lint/testdata/vetmodule, and diffs the combined output (paths made
 # relative, exit codes included) against lint/testdata/vetmodule.golden.
@@ -8,14 +8,13 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
 mod="$here/testdata/vetmodule"
 golden="$here/testdata/vetmodule.golden"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-(cd "$root" && go build -o "$tmp/pgadvisoryvet" ./cmd/pgadvisoryvet)
+(cd "$here" && go build -o "$tmp/pgadvisoryvet" ./cmd/pgadvisoryvet)
 
 run() { # run TITLE CMD...: append the command's output and exit code
 	title=$1

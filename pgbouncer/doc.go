@@ -21,9 +21,13 @@
 // when the caller is root, on free ports of 127.0.0.1, in a temporary
 // directory that Close removes. Start-up takes about 1.5 seconds. A missing
 // program is a *MissingBinaryError that names the Debian package to install.
-// The Docker back end runs the same configuration in containers through
-// testcontainers-go when a Docker engine answers. PGADVISORY_TEST_BACKEND
-// (auto, local, docker) or WithBackend chooses; auto prefers local binaries.
+// The Docker back end runs the same configuration in containers when a
+// Docker engine answers. Its runtime, over testcontainers-go, is package
+// github.com/pgadvisory/pgadvisory/pgbouncer/docker, a module of its own so
+// that this package needs only the standard library and pgx's pgconn; a
+// blank import of it links the back end (or pass WithContainerRuntime).
+// PGADVISORY_TEST_BACKEND (auto, local, docker) or WithBackend chooses; auto
+// prefers local binaries.
 //
 // # TLS
 //

@@ -18,7 +18,8 @@ import (
 type Backend string
 
 // The back ends. BackendAuto prefers local binaries (fast, no daemon) and
-// falls back to Docker when they are missing and a Docker engine answers.
+// falls back to Docker when they are missing, the Docker back end is linked
+// (see DockerModule) and a Docker engine answers.
 const (
 	BackendAuto   Backend = "auto"
 	BackendLocal  Backend = "local"
@@ -46,6 +47,9 @@ type options struct {
 	tls tlsLevel
 
 	postgresImage, bouncerImage string
+	// runtime runs the Docker back end's containers: WithContainerRuntime,
+	// else the registered one, else nil (not linked).
+	runtime ContainerRuntime
 }
 
 // WithModes chooses which PgBouncer pool modes to start (default: all three).
@@ -136,6 +140,7 @@ func buildOptions(opts []Option) (*options, error) {
 		widePool:      WidePoolSize,
 		postgresImage: DefaultPostgresImage,
 		bouncerImage:  DefaultPgBouncerImage,
+		runtime:       registeredRuntime(),
 	}
 	if env := os.Getenv(BackendEnv); env != "" {
 		if err := WithBackend(Backend(strings.ToLower(env)))(o); err != nil {
@@ -195,7 +200,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	c := &Cluster{creds: defaultCredentials}
 	backend := o.backend
 	if backend == BackendAuto {
-		backend, err = chooseBackend(ctx)
+		backend, err = chooseBackend(ctx, o.runtime)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +221,10 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 		if o.tls != tlsOff {
 			return nil, errors.New("pgbouncer: WithTLS is supported by the local back end only (set PGADVISORY_TEST_BACKEND=local or WithBackend(BackendLocal))")
 		}
-		c.impl, err = startDocker(ctx, o, c.creds)
+		if o.runtime == nil {
+			return nil, errNoRuntime
+		}
+		c.impl, err = startDocker(ctx, o, o.runtime, c.creds)
 	}
 	if err != nil {
 		return nil, err
@@ -225,14 +233,17 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 }
 
 // chooseBackend picks local when its binaries are installed, else Docker when
-// an engine answers; otherwise it returns the local back end's error, which
-// names the packages to install.
-func chooseBackend(ctx context.Context) (Backend, error) {
+// its runtime rt is linked and an engine answers; otherwise it returns the
+// local back end's error, which names the packages to install.
+func chooseBackend(ctx context.Context, rt ContainerRuntime) (Backend, error) {
 	_, localErr := findBinaries()
 	if localErr == nil {
 		return BackendLocal, nil
 	}
-	if dockerErr := dockerAvailable(ctx); dockerErr == nil {
+	if rt == nil {
+		return "", fmt.Errorf("%w; and %w", localErr, errNoRuntime)
+	}
+	if dockerErr := rt.Available(ctx); dockerErr == nil {
 		return BackendDocker, nil
 	} else {
 		return "", fmt.Errorf("%w; and no Docker engine answered: %v", localErr, dockerErr)

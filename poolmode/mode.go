@@ -1,5 +1,7 @@
 // Package poolmode names the connection-pooling mode a PostgreSQL client sits
-// behind and detects it from a live connection.
+// behind, and the evidence a detection found. It imports no database
+// driver; the detection itself, over a live pgx connection, is in
+// package github.com/pgadvisory/pgadvisory/poolmode/pgdetect.
 //
 // The mode decides what an advisory lock means. A session-level lock
 // (pg_advisory_lock) belongs to the server backend that took it. Connected

@@ -10,6 +10,7 @@ import (
 	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
 	"github.com/pgadvisory/pgadvisory/poolmode"
+	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
 )
 
 // HoldSession takes the session-level lock key (pg_advisory_lock) on a
@@ -36,7 +37,7 @@ func HoldSession(ctx context.Context, pool *pgxpool.Pool, key advisory.Key, opts
 			return nil, 0, err
 		}
 		pc := c.Conn().PgConn()
-		serverPID, err := poolmode.ServerPID(ctx, pc)
+		serverPID, err := pgdetect.ServerPID(ctx, pc)
 		if err != nil {
 			c.Release()
 			return nil, 0, err

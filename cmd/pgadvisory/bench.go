@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgadvisory/pgadvisory/internal/bench"
-	"github.com/pgadvisory/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/bench"
+	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/redislab"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 

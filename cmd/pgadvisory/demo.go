@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
+	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
 )
 
 func init() {

@@ -8,9 +8,9 @@
 //
 //	version: v2.15.0
 //	plugins:
-//	  - module: github.com/pgadvisory/pgadvisory
+//	  - module: github.com/pgadvisory/pgadvisory/lint/golangci
 //	    import: github.com/pgadvisory/pgadvisory/lint/golangci
-//	    version: latest   # or path: /local/checkout
+//	    version: latest
 //
 // and enable the linter in .golangci.yml. Settings are a lint.Config;
 // an unknown key or category stops golangci-lint with an error:

@@ -1,0 +1,21 @@
+module github.com/pgadvisory/pgadvisory/lint
+
+go 1.25.0
+
+require (
+	github.com/pgadvisory/pgadvisory v0.0.0-00010101000000-000000000000
+	golang.org/x/tools v0.49.0
+)
+
+require (
+	github.com/pganalyze/pg_query_go/v6 v6.2.5 // indirect
+	github.com/tetratelabs/wazero v1.12.0 // indirect
+	github.com/wasilibs/go-pgquery v0.0.0-20260728010200-155ebad2880e // indirect
+	github.com/wasilibs/wazero-helpers v0.0.0-20250123031827-cd30c44769bb // indirect
+	golang.org/x/mod v0.39.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+)
+
+replace github.com/pgadvisory/pgadvisory => ..
