@@ -134,6 +134,11 @@
 //	db, _ := sql.Open("pgadvisory", "postgres://app@pgbouncer:6432/app?pgadvisory_policy=hold")
 //	leader, err := advisory.HoldSession(ctx, db, advisory.NamespacedKey("scheduler", "leader"))
 //
+// pgxadvisory.HoldSession works behind transaction pooling the same way,
+// under policy hold with a pgxpool from pgadvisory.ParsePoolConfig: it asks
+// the guard's net.Conn (PgConn().Conn()) for the pool mode and whether it
+// holds session locks.
+//
 // # Poolers and pgx
 //
 // Through PgBouncer in transaction mode, pgx's default statement cache

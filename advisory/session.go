@@ -125,16 +125,14 @@ func HoldSession(ctx context.Context, db *sql.DB, key Key, opts ...LockOption) (
 			if pm, ok := dc.(PoolModer); ok {
 				mode = pm.PoolMode()
 			}
-			if h, ok := dc.(SessionLockHolder); ok {
-				holds = h.HoldsSessionLocks()
-			}
+			holds = bridge.HoldsSessionLocks(dc)
 			return nil
 		}); err != nil {
 			conn.Close()
 			return nil, 0, fmt.Errorf("read pool mode: %w", err)
 		}
 		if holds {
-			return heldSQLConn{sqlConn{conn}}, mode, nil
+			return bridge.Held(sqlConn{conn}), mode, nil
 		}
 		return sqlConn{conn}, mode, nil
 	}

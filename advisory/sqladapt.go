@@ -13,10 +13,9 @@ import (
 // sqlConn hold one pointer, so storing them in an interface allocates
 // nothing.
 var (
-	_ bridge.Tx         = sqlTx{}
-	_ bridge.Pinned     = sqlConn{}
-	_ SessionLockHolder = heldSQLConn{}
-	_ bridge.Stmts      = querierStmts{}
+	_ bridge.Tx     = sqlTx{}
+	_ bridge.Pinned = sqlConn{}
+	_ bridge.Stmts  = querierStmts{}
 )
 
 // sqlTx adapts a *sql.Tx that WithXactLock began.
@@ -55,12 +54,6 @@ func (c sqlConn) QueryRow(ctx context.Context, query string, args []any, dest ..
 func (c sqlConn) Close() error { return c.conn.Close() }
 
 func (c sqlConn) Discard() { discard(c.conn) }
-
-// heldSQLConn is a pinned *sql.Conn whose driver connection reported
-// HoldsSessionLocks: holdSession learns it through SessionLockHolder.
-type heldSQLConn struct{ sqlConn }
-
-func (heldSQLConn) HoldsSessionLocks() bool { return true }
 
 // querierStmts adapts a caller's Querier (*sql.Tx, *sqlx.Tx, ...).
 type querierStmts struct{ q Querier }

@@ -21,12 +21,15 @@ func TestMain(m *testing.M) { os.Exit(pgbouncer.Main(m, &cluster)) }
 
 // execMode makes a harness DSN usable by pgx through PgBouncer in
 // transaction mode, where pgx's default statement cache breaks.
-func execMode(dsn string) string {
+func execMode(dsn string) string { return withParams(dsn, "default_query_exec_mode=exec") }
+
+// withParams appends URL query parameters to a harness DSN.
+func withParams(dsn, params string) string {
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	return dsn + sep + "default_query_exec_mode=exec"
+	return dsn + sep + params
 }
 
 // target is one way to reach the test database.
@@ -49,7 +52,18 @@ func testCtx(t testing.TB) context.Context {
 
 func openPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), dsn)
+	return openParsed(t, pgxpool.ParseConfig, dsn)
+}
+
+// openParsed opens a pool with the config parse makes of dsn, closed at
+// the test's end.
+func openParsed(t testing.TB, parse func(string) (*pgxpool.Config, error), dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

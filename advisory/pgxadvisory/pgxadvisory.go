@@ -17,7 +17,9 @@
 //
 // HoldSession keeps a session-level lock on a connection it takes out of a
 // *pgxpool.Pool, for leader election, with the health checks and loss
-// signals of advisory.HoldSession.
+// signals of advisory.HoldSession. On a pool from
+// pgadvisory.ParsePoolConfig it learns the pool mode from the guard, and
+// works behind PgBouncer transaction pooling under pgadvisory_policy=hold.
 //
 // Every function here runs the code of its database/sql twin in package
 // advisory (the lock statement that sets lock_timeout in the same round

@@ -20,12 +20,29 @@ import (
 // pg_advisory_unlock's answer).
 //
 // Session locks are only safe when the backend stays with the connection.
-// HoldSession compares the BackendKeyData PID pgx was given with
+// On a pool from pgadvisory.ParsePoolConfig (or ConfigurePool), HoldSession
+// asks the pgadvisory guard for the pool mode it detected or was declared
+// for the connection (source "driver"; the guard's net.Conn, which
+// PgConn().Conn() returns, implements PoolMode). Elsewhere, or before the
+// guard knows, it compares the BackendKeyData PID pgx was given with
 // pg_backend_pid(): equal means a direct connection; different means a
 // pooler, whose mode it cannot tell, so it refuses with an
 // *advisory.PoolModeError unless the mode is declared with
-// advisory.WithPoolMode(poolmode.Session). Transaction and statement
-// pooling are always refused.
+// advisory.WithPoolMode(poolmode.Session). Statement pooling is always
+// refused, and transaction pooling unless the guard holds the lock.
+//
+// Behind PgBouncer transaction pooling, HoldSession works on a pool from
+// pgadvisory.ParsePoolConfig under pgadvisory_policy=hold: the guard's
+// net.Conn reports HoldsSessionLocks (advisory.SessionLockHolder) and keeps
+// the lock on a holder connection of its own, and HoldSession runs as
+// advisory.HoldSession does there: only lone lock statements, a wait
+// bounded on the client (WithTimeout, the context deadline), PID 0, and a
+// SELECT 1 health check that the guard fails with SQLSTATE PA007 once the
+// holder has ended (ErrLockLost).
+//
+//	cfg, _ := pgadvisory.ParsePoolConfig("postgres://app@pgbouncer:6432/app?pgadvisory_policy=hold")
+//	pool, _ := pgxpool.NewWithConfig(ctx, cfg)
+//	leader, err := pgxadvisory.HoldSession(ctx, pool, advisory.NamespacedKey("scheduler", "leader"))
 //
 // Options: WithTimeout, Shared, NoWait, WithFencing, WithPoolMode,
 // WithHealthInterval.
@@ -37,18 +54,45 @@ func HoldSession(ctx context.Context, pool *pgxpool.Pool, key advisory.Key, opts
 			return nil, 0, err
 		}
 		pc := c.Conn().PgConn()
-		serverPID, err := pgdetect.ServerPID(ctx, pc)
-		if err != nil {
-			c.Release()
-			return nil, 0, err
+		nc := pc.Conn()
+		mode, known := guardMode(nc)
+		if !known {
+			serverPID, err := pgdetect.ServerPID(ctx, pc)
+			if err != nil {
+				c.Release()
+				return nil, 0, err
+			}
+			if serverPID == pc.PID() {
+				mode = poolmode.Direct
+			}
 		}
-		mode := poolmode.Unknown
-		if serverPID == pc.PID() {
-			mode = poolmode.Direct
+		if bridge.HoldsSessionLocks(nc) {
+			return bridge.Held(pinnedConn{c}), mode, nil
 		}
 		return pinnedConn{c}, mode, nil
 	}
 	return core.HoldSession(ctx, "pgxadvisory.HoldSession", pool, pin, key, opts)
+}
+
+// poolModer is the pgadvisory guard's net.Conn, as far as HoldSession asks
+// it: the pool mode it detected or was declared for the connection, and
+// whether it knows one yet.
+type poolModer interface {
+	PoolMode() (poolmode.Mode, poolmode.Evidence, bool)
+}
+
+// guardMode returns the pool mode the guard under nc knows (known false
+// when nc is not the guard's or the guard does not know it yet).
+func guardMode(nc any) (_ poolmode.Mode, known bool) {
+	pm, ok := nc.(poolModer)
+	if !ok {
+		return poolmode.Unknown, false
+	}
+	mode, _, ok := pm.PoolMode()
+	if !ok || mode == poolmode.Unknown {
+		return poolmode.Unknown, false
+	}
+	return mode, true
 }
 
 // discardTimeout bounds the goodbye to the server of a connection that

@@ -60,3 +60,25 @@ type Pin func(ctx context.Context) (Pinned, poolmode.Mode, error)
 // Core is the lock logic, set by package advisory's init. Its dynamic type
 // is unexported; adapters assert it to the interface they need.
 var Core any
+
+// HoldsSessionLocks reports whether dc, a driver's connection (the
+// database/sql driver.Conn under a *sql.Conn, or the net.Conn under a
+// *pgconn.PgConn), says that its driver holds session-level locks for it
+// where the pool mode would leak them: it implements
+// advisory.SessionLockHolder (declared here again, for the import cycle)
+// and reports true. The pgadvisory driver's connection and its guard's
+// net.Conn do, behind transaction pooling under its policy hold.
+func HoldsSessionLocks(dc any) bool {
+	h, ok := dc.(interface{ HoldsSessionLocks() bool })
+	return ok && h.HoldsSessionLocks()
+}
+
+// Held returns p as a pinned connection whose driver holds session locks
+// (HoldsSessionLocks was true for its driver connection): advisory's
+// HoldSession logic finds it through advisory.SessionLockHolder and takes
+// the lock with lone lock statements.
+func Held(p Pinned) Pinned { return held{p} }
+
+type held struct{ Pinned }
+
+func (held) HoldsSessionLocks() bool { return true }
