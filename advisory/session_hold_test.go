@@ -29,7 +29,6 @@ type mockConn interface {
 	driver.ExecerContext
 	driver.QueryerContext
 	driver.ConnBeginTx
-	driver.ConnPrepareContext
 	driver.NamedValueChecker
 }
 
