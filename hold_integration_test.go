@@ -548,3 +548,39 @@ func TestIntegrationHoldStatementPooling(t *testing.T) {
 	wantRefusal(t, err, pgadvisory.ErrSessionLock)
 	wantLocks(t, c)
 }
+
+// TestIntegrationHoldInTransaction: a lone session lock call inside a
+// transaction is held too, and outlives the transaction as a session's
+// lock does; a lock call with more around it is rewritten there.
+func TestIntegrationHoldInTransaction(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	a := holdConn(t, holdDSN(t, c))
+	ctx := t.Context()
+	for _, commit := range []bool{true, false} {
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 9115); err != nil {
+			t.Fatal(err)
+		}
+		// Not one call alone: rewritten to the transaction-level twin.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1), 1", 9116); err != nil {
+			t.Fatal(err)
+		}
+		wantLocks(t, c, "9115/ExclusiveLock", "9116/ExclusiveLock")
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLocks(t, c, "9115/ExclusiveLock") // the held one outlives the transaction
+		if !unlock(t, a, 9115) {
+			t.Fatal("unlock of the held key")
+		}
+		wantLocks(t, c)
+	}
+}
