@@ -198,34 +198,36 @@ func identLen(s string) int {
 		return 0
 	}
 	n := 0
-	for n < len(s) {
-		c := s[n]
-		if c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || n > 0 && (c >= '0' && c <= '9' || c == '$') {
-			n++
-			continue
+	for n < len(s) && (isIdentByte(s[n]) || n > 0 && s[n] == '$') {
+		if n == 0 && s[0] >= '0' && s[0] <= '9' {
+			return 0
 		}
-		break
+		n++
 	}
 	return n
+}
+
+// trimParens removes the parentheses around a (and the blanks inside
+// them), as many pairs as enclose it.
+func trimParens(a string) string {
+	for len(a) > 1 && a[0] == '(' && a[len(a)-1] == ')' {
+		a = strings.TrimSpace(a[1 : len(a)-1])
+	}
+	return a
 }
 
 // parseHoldArg reads one argument: an integer literal (optionally quoted, as
 // pgx's simple protocol sends strings), or $n, each optionally in
 // parentheses and cast to an integer type.
 func parseHoldArg(a string) (holdArg, bool) {
-	for len(a) > 1 && a[0] == '(' && a[len(a)-1] == ')' {
-		a = strings.TrimSpace(a[1 : len(a)-1])
-	}
+	a = trimParens(a)
 	if k := strings.Index(a, "::"); k >= 0 {
 		switch strings.ToLower(strings.TrimSpace(a[k+2:])) {
 		case "int8", "bigint", "int4", "integer", "int":
 		default:
 			return holdArg{}, false
 		}
-		a = strings.TrimSpace(a[:k])
-		for len(a) > 1 && a[0] == '(' && a[len(a)-1] == ')' {
-			a = strings.TrimSpace(a[1 : len(a)-1])
-		}
+		a = trimParens(strings.TrimSpace(a[:k]))
 	}
 	if len(a) > 1 && a[0] == '$' {
 		n, err := strconv.Atoi(a[1:])
@@ -318,21 +320,23 @@ func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer bo
 }
 
 // planHold returns the plan for text when it is a lone lock call the guard
-// can hold, or nil. c.mu held.
-func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result) (*holdPlan, bool) {
+// can hold. For a Parse that is only described (no Bind in its unit) it
+// returns no plan but the message to send: the stand-in, which describes as
+// the call does. ok is false for anything the guard does not hold. c.mu held.
+func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result) (p *holdPlan, describe []byte, ok bool) {
 	if c.mode != poolmode.Transaction || name != "" || len(r.Calls) != 1 || len(r.Dynamic) != 0 ||
 		c.predicted == 'E' || c.localAbort || c.reading != (lockscan.Settings{}) {
-		return nil, false
+		return nil, nil, false
 	}
 	call := r.Calls[0]
 	if call.Kind != lockscan.KindCall || call.Scope != lockscan.ScopeSession {
-		return nil, false
+		return nil, nil, false
 	}
 	args, alias, ok := holdShape(text, call)
 	if !ok || (call.Op == lockscan.OpUnlockAll) != (len(args) == 0) {
-		return nil, false
+		return nil, nil, false
 	}
-	p := &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeout: c.lockTimeout}
+	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeout: c.lockTimeout}
 	if t == 'P' {
 		p.unit = c.sent + 1
 		if bind == nil {
@@ -340,12 +344,12 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 			// nothing runs. The stand-in describes the same way; a later
 			// Bind of it without its Parse is refused (holdStandInBound).
 			c.unnamedHoldStandIn = true
-			return nil, true
+			return nil, standIn(t, call, args, alias, true, paramTypes), true
 		}
 	}
 	if call.Op != lockscan.OpUnlockAll {
 		if p.key, ok = holdKeyOf(args, bind); !ok {
-			return nil, false
+			return nil, nil, false
 		}
 	}
 	if call.Op == lockscan.OpUnlock && c.predicted != 'I' {
@@ -354,15 +358,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 	}
 	p.yes = standIn(t, call, args, alias, true, paramTypes)
 	p.no = standIn(t, call, args, alias, false, paramTypes)
-	return p, true
-}
-
-// describeStandIn is the Parse sent for a lone lock call parsed only to be
-// described: the true stand-in, which describes as the call does.
-func describeStandIn(t byte, text string, r lockscan.Result, paramTypes []byte) []byte {
-	call := r.Calls[0]
-	args, alias, _ := holdShape(text, call)
-	return standIn(t, call, args, alias, true, paramTypes)
+	return p, nil, true
 }
 
 // holdResult is what running a plan gave.
@@ -719,9 +715,19 @@ func (c *guardConn) releaseHolds() {
 	}
 }
 
-// ReleaseHolds is releaseHolds for callers outside the write side (pool
-// reset hooks).
+// resetHolds is releaseHolds for the pools' reset hooks, which call it for
+// every connection they take back or hand out: one that holds nothing pays
+// one atomic load (no Write can be running on a connection the pool holds).
 func (c *guardConn) resetHolds() {
+	if c.heldCount.Load() == 0 {
+		return // nothing held, and so no loss pending either
+	}
+	c.closeHolds()
+}
+
+// closeHolds ends every holder transaction after any Write in progress
+// (one may be taking a lock right now) and forgets a pending loss.
+func (c *guardConn) closeHolds() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.releaseHolds()
@@ -738,13 +744,6 @@ func (c *guardConn) HoldsSessionLocks() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.g.holdEnabled() && c.mode == poolmode.Transaction
-}
-
-// holding reports whether the connection holds locks through holders.
-func (c *guardConn) holding() bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.holds != nil && len(c.holds.keys) > 0
 }
 
 // takeLost returns the error for held locks lost since the last statement,

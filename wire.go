@@ -503,8 +503,8 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 			return c.refuse(t, err)
 		}
 	}
-	if c.g.holdEnabled() && containsFold(text, "lock_timeout") {
-		c.trackLockTimeout(text)
+	if c.g.holdEnabled() {
+		c.trackLockTimeout(text) // reads the first word only
 	}
 	switch transactionEffect(text) {
 	case txOpens:
@@ -559,10 +559,10 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 			return ok && c.taken[k] > 0
 		}}
 	if err == nil && c.pooled() && (c.g.cfg.policy == PolicyHold || c.g.cfg.policy == PolicyRewrite && c.predicted == 'I') {
-		if p, ok := c.planHold(t, name, text, paramTypes, bind, r); ok {
+		if p, describe, ok := c.planHold(t, name, text, paramTypes, bind, r); ok {
 			switch {
 			case p == nil:
-				return describeStandIn(t, text, r, paramTypes)
+				return describe
 			case c.hold != nil:
 				return c.refuse(t, &SessionLockError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Mode: c.mode, Policy: c.g.cfg.policy,
 					InTx: c.predicted != 'I', Assumed: c.assumed(), Twin: p.call.XactTwin()})
@@ -899,7 +899,7 @@ func (c *guardConn) Close() error {
 	}
 	c.mu.Unlock()
 	err := c.Conn.Close()
-	c.resetHolds()
+	c.closeHolds()
 	return err
 }
 
