@@ -342,7 +342,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		if bind == nil {
 			// A Parse to describe (pgx's cache_describe, describe_exec):
 			// nothing runs. The stand-in describes the same way; a later
-			// Bind of it without its Parse is refused (holdStandInBound).
+			// Bind of it without its Parse is refused (message, 'B').
 			c.unnamedHoldStandIn = true
 			return nil, standIn(t, call, args, alias, true, paramTypes), true
 		}
@@ -422,7 +422,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	if err != nil {
 		c.g.holders.unreserve()
 		if ctx.Err() != nil {
-			return holdResult{}, context.Cause(ctx)
+			return holdResult{}, errHoldCanceled // as a wait that ends while polling
 		}
 		return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
 	}
