@@ -9,13 +9,22 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck
+.PHONY: help demo test test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck release-check lab
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-demo: ## the main job: double payments through PgBouncer, then pgadvisory preventing them
-	$(GO) run ./cmd/pgadvisory demo
+# The lab command (module lab/): the demo and the benchmarks. Its first build
+# compiles libpg_query (C, through cgo) for minutes; say so before it starts.
+LAB := out/pgadvisory-lab
+lab: ## build the lab command (demo, bench) into out/pgadvisory-lab
+	@mkdir -p out
+	@if [ "$$($(GO) list -f '{{.Stale}}' github.com/pganalyze/pg_query_go/v6 2>/dev/null)" != false ]; then \
+		echo "== building pgadvisory-lab: the first build compiles libpg_query (C) through cgo, ~2 minutes on 2 cores"; fi
+	$(GO) build -o $(LAB) ./lab/cmd/pgadvisory-lab
+
+demo: lab ## the main job: double payments through PgBouncer, then pgadvisory preventing them
+	$(LAB) demo
 
 test: ## unit and integration tests of every module (starts PostgreSQL and PgBouncer through the harness)
 	@$(call each,$(GO) test $(GOFLAGS) $(TESTFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...)
@@ -26,19 +35,21 @@ test-nocgo: ## lockscan and advisory built without cgo (the WebAssembly parser):
 test-unit: ## unit tests of every module only, no servers
 	@$(call each,$(GO) test $(GOFLAGS) -short -race -count=1 -shuffle=on ./...)
 
-lint: ## gofmt; per module go vet, a standalone build and go mod tidy -diff; pgadvisoryvet over every module; the vettool golden test
+lint: ## gofmt; per module go vet; pgadvisoryvet over every module; the vettool golden test (each module alone: make release-check)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@$(call each,$(GO) vet ./... && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) mod tidy -diff)
+	@$(call each,$(GO) vet ./...)
 	$(GO) run ./lint/cmd/pgadvisoryvet -test=false $(patsubst %,%/...,$(MODULES))
 	sh lint/vetgolden.sh
 
 budget: ## what adopting the library costs a program: modules, binary sizes with both parsers, builds without cgo
 	bash scripts/budget.sh
 
-bench: ## the lock benchmark: naive pattern, WithXactLock over pgx and pgadvisory, Redlock (out/bench.md, out/bench.svg)
-	@mkdir -p out
-	$(GO) run ./cmd/pgadvisory bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
+release-check: ## publish the committed tree as v0.1.0 to a file:// proxy; every module builds and is tidy alone; go install / go get / go get -tool / the golangci plugin from it
+	bash scripts/release-check.sh
+
+bench: lab ## the lock benchmark: naive pattern, WithXactLock over pgx and pgadvisory, Redlock (out/bench.md, out/bench.svg)
+	$(LAB) bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
 
 bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -col /driver out/bench-go.txt)
 	@mkdir -p out
@@ -46,12 +57,12 @@ bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -co
 
 faults: ## run the fault-injection tests and print their results as the README's table
 	@rm -f out/faults.jsonl; mkdir -p out
-	PGADVISORY_FAULT_REPORT=$(CURDIR)/out/faults.jsonl $(GO) test -count=1 -run 'TestFault' ./cmd/pgadvisory/internal/settle/
-	@$(GO) run ./cmd/pgadvisory/internal/settle/faulttable out/faults.jsonl
+	PGADVISORY_FAULT_REPORT=$(CURDIR)/out/faults.jsonl $(GO) test -count=1 -run 'TestFault' ./lab/internal/settle/
+	@$(GO) run ./lab/internal/settle/faulttable out/faults.jsonl
 
 PGXSUITE_FLAGS ?= -out out/pgx-suites
 pgx-suites: ## pgx's own stdlib and pgxpool tests, plain and through pgadvisory (direct and PgBouncer session); fails on a regression
-	$(GO) run ./cmd/pgadvisory/internal/pgxsuite $(PGXSUITE_FLAGS)
+	$(GO) run ./lab/internal/pgxsuite $(PGXSUITE_FLAGS)
 
 toolcheck: ## golang-migrate, goose and tern from three processes through PgBouncer under policy hold (module toolcheck/, also run by make test)
 	cd toolcheck && $(GO) test $(GOFLAGS) $(TESTFLAGS) -timeout 20m -count=1 ./...

@@ -3,7 +3,7 @@ module github.com/pgadvisory/pgadvisory/lint
 go 1.25.0
 
 require (
-	github.com/pgadvisory/pgadvisory v0.0.0-00010101000000-000000000000
+	github.com/pgadvisory/pgadvisory v0.1.0
 	golang.org/x/tools v0.49.0
 )
 
@@ -17,5 +17,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/pgadvisory/pgadvisory => ..

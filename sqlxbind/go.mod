@@ -5,7 +5,7 @@ go 1.25.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/pgadvisory/pgadvisory v0.0.0-00010101000000-000000000000
+	github.com/pgadvisory/pgadvisory v0.1.0
 )
 
 require (
@@ -21,5 +21,3 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-replace github.com/pgadvisory/pgadvisory => ..

@@ -1,15 +1,13 @@
 module github.com/pgadvisory/pgadvisory/toolcheck
 
-go 1.25.7
-
-replace github.com/pgadvisory/pgadvisory => ../
+go 1.25.0
 
 require (
 	github.com/golang-migrate/migrate/v4 v4.19.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/tern/v2 v2.3.4
-	github.com/pgadvisory/pgadvisory v0.0.0-00010101000000-000000000000
-	github.com/pressly/goose/v3 v3.27.1
+	github.com/pgadvisory/pgadvisory v0.1.0
+	github.com/pressly/goose/v3 v3.27.0
 )
 
 require (

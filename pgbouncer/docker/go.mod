@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgadvisory/pgadvisory v0.0.0-00010101000000-000000000000
+	github.com/pgadvisory/pgadvisory v0.1.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 )
 
@@ -63,5 +63,3 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/pgadvisory/pgadvisory => ../..

@@ -13,7 +13,7 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./cmd/pgadvisory/internal/pgxsuite [-run regexp] [-timeout 10m] [-out dir] [-keep]
+//	go run ./lab/internal/pgxsuite [-run regexp] [-timeout 10m] [-out dir] [-keep]
 package main
 
 import (

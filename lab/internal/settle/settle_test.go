@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
 )

@@ -21,13 +21,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/bench"
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/internal/cli"
+	"github.com/pgadvisory/pgadvisory/lab/internal/bench"
+	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
 func init() {
-	register(command{name: "bench", summary: "benchmark lock cycles: naive pattern, WithXactLock over pgx and pgadvisory, pgxadvisory over pgxpool, Redlock", run: runBench})
+	commands.Register(cli.Command{Name: "bench", Summary: "benchmark lock cycles: naive pattern, WithXactLock over pgx and pgadvisory, pgxadvisory over pgxpool, Redlock", Run: runBench})
 }
 
 // Names of the workloads, the variants and the goals' workload.
@@ -93,7 +94,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "also write the CPU profile of the client (this process) during the measurements to this file (the report always has it by cell and layer)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: pgadvisory bench [flags]")
+		fmt.Fprintln(stderr, "Usage: pgadvisory-lab bench [flags]")
 		fmt.Fprintln(stderr, "\nMeasures lock cycles side by side in one run: (a) the naive four-round-trip")
 		fmt.Fprintln(stderr, "pattern over pgxpool, (b) advisory.WithXactLock over pgx stdlib, (c) the same over")
 		fmt.Fprintln(stderr, "the pgadvisory driver, (e) the raw pgx Batch ceiling, (f) pgxadvisory.WithXactLock")
@@ -161,7 +162,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		o.paths = []string{want}
 	}
-	return o.run(ctx, "pgadvisory bench "+strings.Join(args, " "), stdout, stderr)
+	return o.run(ctx, "pgadvisory-lab bench "+strings.Join(args, " "), stdout, stderr)
 }
 
 // listFlag splits a comma-separated flag value and checks every item.
@@ -336,7 +337,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		return err
 	}
 	rep := &bench.Report{
-		Title:            "pgadvisory bench",
+		Title:            "pgadvisory-lab bench",
 		Command:          cmdline,
 		Baseline:         "a",
 		OverheadBaseline: "pgx",

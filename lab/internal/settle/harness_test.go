@@ -15,7 +15,7 @@ import (
 
 	_ "github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 )
 
 // scenario is one run of the settlement workload with worker processes.

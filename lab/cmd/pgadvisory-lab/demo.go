@@ -11,30 +11,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/internal/cli"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
 )
 
 func init() {
-	register(command{name: "demo", summary: "show double payments through PgBouncer, then pgadvisory preventing them", run: runDemo})
-	register(command{name: "settle-worker", summary: "(internal) a settlement worker process of the demo", run: runSettleWorker, hidden: true})
+	commands.Register(cli.Command{Name: "demo", Summary: "show double payments through PgBouncer, then pgadvisory preventing them", Run: runDemo})
+	commands.Register(cli.Command{Name: "settle-worker", Summary: "(internal) a settlement worker process of the demo", Run: runSettleWorker, Hidden: true})
 }
 
 func runSettleWorker(context.Context, []string, io.Writer, io.Writer) error {
 	if !settle.IsWorker() {
-		return usageError{"settle-worker is started by 'pgadvisory demo', not by hand"}
+		return usageError{"settle-worker is started by 'pgadvisory-lab demo', not by hand"}
 	}
 	if code := settle.WorkerMain(); code != 0 {
 		return exitCode(code)
 	}
 	return nil
 }
-
-// exitCode is an error that only carries a process exit status.
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -43,7 +39,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	workerCount := fs.Int("workers", 3, "worker processes per run")
 	work := fs.Duration("work", 15*time.Millisecond, "simulated payment-provider call inside the lock")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pgadvisory demo [-events N] [-workers N] [-work D]")
+		fmt.Fprintln(stderr, "usage: pgadvisory-lab demo [-events N] [-workers N] [-work D]")
 		fmt.Fprintln(stderr, "Starts PostgreSQL and PgBouncer (transaction pooling) through the test harness and runs a")
 		fmt.Fprintln(stderr, "payment-settlement workload three times: plain session locks, the same through pgadvisory,")
 		fmt.Fprintln(stderr, "and advisory.WithXactLock through pgadvisory.")

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 )
 
 func needBinary(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
 	"github.com/pgadvisory/pgadvisory/internal/faultproxy"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 

@@ -1,4 +1,4 @@
-// Package bench is the engine behind "pgadvisory bench": it measures lock
+// Package bench is the engine behind "pgadvisory-lab bench": it measures lock
 // cycles (acquire, hold nothing, release) of several contenders side by
 // side, in one run on one machine, and renders the results as a Markdown
 // table and an SVG chart.

@@ -134,7 +134,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	p := ew.printf
 	title := rep.Title
 	if title == "" {
-		title = "pgadvisory bench"
+		title = "pgadvisory-lab bench"
 	}
 	p("## %s\n\n", title)
 	if rep.Command != "" {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 )
 
 // Start five independent masters for a Redlock client and stop them again.

@@ -1,8 +1,8 @@
 // Command faulttable turns the JSON lines that the settle package's fault
 // tests append to $PGADVISORY_FAULT_REPORT into the README's Markdown table.
 //
-//	PGADVISORY_FAULT_REPORT=faults.jsonl go test -run TestFault ./cmd/pgadvisory/internal/settle/
-//	go run ./cmd/pgadvisory/internal/settle/faulttable faults.jsonl
+//	PGADVISORY_FAULT_REPORT=faults.jsonl go test -run TestFault ./lab/internal/settle/
+//	go run ./lab/internal/settle/faulttable faults.jsonl
 package main
 
 import (

@@ -29,7 +29,7 @@ func sampleReport() *Report {
 	pga := fixed("1 connection", "pgadvisory", PathDirect, 8000)
 	return &Report{
 		Title:            "test run",
-		Command:          "pgadvisory bench -duration 1s",
+		Command:          "pgadvisory-lab bench -duration 1s",
 		Environment:      [][2]string{{"machine", "2 CPUs | test"}},
 		Locks:            []*Result{a, c, ab, cb, d},
 		Baseline:         "a",
@@ -54,7 +54,7 @@ func TestWriteMarkdown(t *testing.T) {
 	md := buf.String()
 	markdownHas(t, md,
 		"## test run\n",
-		"```\npgadvisory bench -duration 1s\n```",
+		"```\npgadvisory-lab bench -duration 1s\n```",
 		`- machine: 2 CPUs \| test`, // pipes escaped
 		"| contended (32 workers, 100 keys) | direct | (a) va | 1000 (900–1100) | 1.00× | 3.01 ms | 100.0 ms | 100.0 ms | 100.0 ms | 0 |",
 		"| direct | (c) vc | 1200 | 1.20× |",

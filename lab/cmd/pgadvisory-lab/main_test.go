@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/settle"
+	"github.com/pgadvisory/pgadvisory/lab/internal/settle"
 )
 
 // The demo's worker processes re-execute the running binary; under go test

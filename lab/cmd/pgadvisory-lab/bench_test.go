@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/redislab"
+	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/cmd/pgadvisory/internal/bench"
+	"github.com/pgadvisory/pgadvisory/lab/internal/bench"
 )
 
 // A Histogram keeps percentiles of any number of samples in bounded memory.
