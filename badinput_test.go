@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/pgadvisory/pgadvisory"
-	"github.com/pgadvisory/pgadvisory/internal/goleak"
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
 	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	"github.com/pgadvisory/pgadvisory/poolmode"

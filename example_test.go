@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/DATA-DOG/go-sqlmock"
+
 	"github.com/pgadvisory/pgadvisory"
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/goleak"
 
-	"github.com/pgadvisory/pgadvisory/internal/goleak"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 

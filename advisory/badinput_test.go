@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
 )
 
 // Errors name the key as the caller named it: the namespace and name of a

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 

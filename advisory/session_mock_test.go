@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
+
 	"github.com/pgadvisory/pgadvisory/advisory"
-	"github.com/pgadvisory/pgadvisory/internal/sqlmock"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
