@@ -58,7 +58,11 @@ stamp=$(git -C "$root" log -1 --format=%cI "$commit")
 echo "published to file://$work/proxy:"
 sed 's/^/  /' "$work/modules"
 
-export GOWORK=off GOSUMDB=off GOPROXY="file://$work/proxy,$upstream" GOFLAGS=-mod=mod
+export GOWORK=off GOSUMDB=off GOPROXY="file://$work/proxy,$upstream"
+userflags=$(go env GOFLAGS)
+# In the archive the modules' go.sum lack their siblings' lines (see
+# docs/release.md); -mod=mod lets the build add them there.
+export GOFLAGS="$userflags -mod=mod"
 
 # --- 4. every module alone ------------------------------------------------------
 while read -r mv; do
@@ -76,7 +80,8 @@ while read -r mv; do
 done <"$work/modules"
 
 # --- 5. a user's module ---------------------------------------------------------
-export GOBIN=$work/bin
+# The user's go command: the default -mod, nothing added for the check.
+export GOBIN=$work/bin GOFLAGS=$userflags
 user=$work/user
 mkdir -p "$user/bad"
 goversion=$(cd "$work/tree" && go mod edit -json | sed -n 's/^[[:space:]]*"Go": "\(.*\)",*$/\1/p')
