@@ -71,8 +71,16 @@ while read -r mv; do
 	echo "== $m: go mod tidy -diff, go build ./..."
 	# tidy -diff prints a diff of go.mod and go.sum; a line that is not a
 	# header and not an added go.sum line of this repository is a finding.
-	(cd "$dir" && go mod tidy -diff >"$work/tidy.diff" 2>&1) || true
-	if grep -vE '^(\+\+\+|---|@@|diff )|^\+github\.com/pgadvisory/pgadvisory[/ ]' "$work/tidy.diff" | grep -qE '^[-+]|^go: '; then
+	# It exits 1 when there is a diff; with no diff, 1 is an error of its own.
+	set +e
+	(cd "$dir" && go mod tidy -diff >"$work/tidy.diff" 2>"$work/tidy.err")
+	code=$?
+	set -e
+	if [ "$code" -ne 0 ] && [ ! -s "$work/tidy.diff" ]; then
+		cat "$work/tidy.err"
+		fail "go mod tidy fails in $m"
+	fi
+	if grep -vE '^(\+\+\+|---|@@|diff )|^\+github\.com/pgadvisory/pgadvisory[/ ]' "$work/tidy.diff" | grep -qE '^[-+]'; then
 		cat "$work/tidy.diff"
 		fail "$m is not tidy"
 	fi
