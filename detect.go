@@ -121,7 +121,7 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 			if ev.AdminError != "" {
 				attrs = append(attrs, slog.String("admin_error", ev.AdminError))
 			}
-			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection pooler answers this connection; "+assumedNote+" (logged once per configuration)", attrs...)
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(g.cfg.policy, declareHint)+" (logged once per configuration)", attrs...)
 		})
 	}
 	gc.setMode(m, ev)
@@ -135,5 +135,29 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	return nil
 }
 
-// assumedNote says what an assumed pool mode means and how to declare it.
-const assumedNote = "pool mode unknown, assumed transaction pooling (session-level advisory locks are refused); declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"
+// declareHint says how to make the pool mode known.
+const declareHint = "declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"
+
+// assumedWarning is the once-per-configuration line logged when a pooler of
+// unknown mode answers: what the assumption means under policy p, and how
+// to end it.
+func assumedWarning(p Policy, how string) string {
+	return "pgadvisory: a connection pooler answers and its pool mode is unknown: assuming transaction pooling, so session-level advisory lock calls are " + policyEffect(p) + "; " + how
+}
+
+// policyEffect says what p does to a session-level lock call behind
+// transaction pooling.
+func policyEffect(p Policy) string {
+	switch p {
+	case PolicyHold:
+		return "held for their connection (policy hold)"
+	case PolicyRewrite:
+		return "rewritten to transaction-level locks inside transactions and held in autocommit (policy rewrite)"
+	case PolicyWarn:
+		return "logged and sent (policy warn)"
+	case PolicyAllow:
+		return "sent (policy allow)"
+	default:
+		return "refused (policy reject)"
+	}
+}
