@@ -150,9 +150,9 @@ func assumedWarning(p Policy, how string) string {
 func policyEffect(p Policy) string {
 	switch p {
 	case PolicyHold:
-		return "held for their connection (policy hold)"
+		return "held for their connection when a statement is one lock call (policy hold)"
 	case PolicyRewrite:
-		return "rewritten to transaction-level locks inside transactions and held in autocommit (policy rewrite)"
+		return "rewritten to transaction-level locks inside transactions and held in autocommit when a statement is one lock call (policy rewrite)"
 	case PolicyWarn:
 		return "logged and sent (policy warn)"
 	case PolicyAllow:

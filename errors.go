@@ -231,9 +231,9 @@ type StatementPoolingError struct {
 // Error says what was refused and why.
 func (e *StatementPoolingError) Error() string {
 	if e.Query == "" {
-		return fmt.Sprintf("pgadvisory: %s refused: statement pooling gives every statement its own server backend, so multi-statement transactions cannot run; use a pool in transaction mode", e.What)
+		return fmt.Sprintf("pgadvisory: %s refused under statement pooling: every statement gets its own server connection, so a transaction cannot run; connect through a pool in transaction mode", e.What)
 	}
-	return fmt.Sprintf("pgadvisory: %s at position %d refused: behind statement pooling a transaction-level lock is released as soon as its statement ends; use a pool in transaction mode", e.What, e.Position)
+	return fmt.Sprintf("pgadvisory: %s refused under statement pooling: a transaction-level lock is released as soon as its statement ends; connect through a pool in transaction mode", e.What)
 }
 
 // Unwrap returns ErrStatementPooling.
@@ -257,8 +257,8 @@ type DynamicSQLError struct {
 
 // Error says what was refused and how to allow it.
 func (e *DynamicSQLError) Error() string {
-	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) at position %d refused under %s: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
-		e.Kind, e.Position, poolingPhrase(e.Mode, e.Assumed))
+	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) refused under %s: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
+		e.Kind, poolingPhrase(e.Mode, e.Assumed))
 }
 
 // Unwrap returns ErrDynamicSQL.

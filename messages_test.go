@@ -63,8 +63,8 @@ func TestSessionLockErrorText(t *testing.T) {
 func TestAssumedWarningByPolicy(t *testing.T) {
 	want := map[Policy]string{
 		PolicyReject:  "refused (policy reject)",
-		PolicyHold:    "held for their connection (policy hold)",
-		PolicyRewrite: "rewritten to transaction-level locks inside transactions and held in autocommit (policy rewrite)",
+		PolicyHold:    "held for their connection when a statement is one lock call (policy hold)",
+		PolicyRewrite: "rewritten to transaction-level locks inside transactions and held in autocommit when a statement is one lock call (policy rewrite)",
 		PolicyWarn:    "logged and sent (policy warn)",
 		PolicyAllow:   "sent (policy allow)",
 	}
