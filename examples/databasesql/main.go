@@ -60,6 +60,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer conn.Close()
+	//pgadvisory:ignore shown on purpose: the driver refuses it behind transaction pooling
 	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock(42)")
 	switch {
 	case errors.Is(err, pgadvisory.ErrSessionLock):

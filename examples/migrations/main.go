@@ -50,6 +50,7 @@ func migrate(ctx context.Context, db *sql.DB) (applied int, err error) {
 		return 0, err
 	}
 	defer conn.Close()
+	//pgadvisory:ignore held for this connection by the driver under pgadvisory_policy=hold
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
 		return 0, fmt.Errorf("take the migration lock: %w", err)
 	}

@@ -66,6 +66,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer conn.Release()
+	//pgadvisory:ignore shown on purpose: the guard refuses it behind transaction pooling
 	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(42)")
 	switch {
 	case errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrSessionLock):
