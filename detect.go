@@ -121,7 +121,7 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 			if ev.AdminError != "" {
 				attrs = append(attrs, slog.String("admin_error", ev.AdminError))
 			}
-			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(g.cfg.policy, declareHint)+" (logged once per configuration)", attrs...)
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(poolerUnknown, g.cfg.policy, declareHint)+" (logged once per configuration)", attrs...)
 		})
 	}
 	gc.setMode(m, ev)
@@ -138,12 +138,15 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 // declareHint says how to make the pool mode known.
 const declareHint = "declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"
 
-// assumedWarning is the once-per-configuration line logged when a pooler of
-// unknown mode answers: what the assumption means under policy p, and how
-// to end it.
-func assumedWarning(p Policy, how string) string {
-	return "pgadvisory: a connection pooler answers and its pool mode is unknown: assuming transaction pooling, so session-level advisory lock calls are " + policyEffect(p) + "; " + how
+// assumedWarning is the once-per-configuration line logged when the pool
+// mode is not known (why): what the assumption means under policy p, and
+// how to end it.
+func assumedWarning(why string, p Policy, how string) string {
+	return "pgadvisory: " + why + ": assuming transaction pooling, so session-level advisory lock calls are " + policyEffect(p) + "; " + how
 }
+
+// poolerUnknown is why the mode is assumed behind an unidentified pooler.
+const poolerUnknown = "a connection pooler answers and its pool mode is unknown"
 
 // policyEffect says what p does to a session-level lock call behind
 // transaction pooling.

@@ -69,7 +69,7 @@ func TestAssumedWarningByPolicy(t *testing.T) {
 		PolicyAllow:   "sent (policy allow)",
 	}
 	for p, w := range want {
-		msg := assumedWarning(p, declareHint)
+		msg := assumedWarning(poolerUnknown, p, declareHint)
 		if !strings.Contains(msg, "session-level advisory lock calls are "+w+";") {
 			t.Errorf("%s: %q lacks %q", p, msg, w)
 		}
