@@ -155,7 +155,7 @@ func (c *Conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	}
 	if c.gc != nil {
 		r, err := c.execer.ExecContext(ctx, query, args)
-		return r, typedErr(err)
+		return r, placeholderHint(query, typedErr(err))
 	}
 	query, err := c.applyPolicy(ctx, query)
 	if err != nil {
@@ -172,7 +172,7 @@ func (c *Conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	}
 	if c.gc != nil {
 		r, err := c.queryer.QueryContext(ctx, query, args)
-		return r, typedErr(err)
+		return r, placeholderHint(query, typedErr(err))
 	}
 	query, err := c.applyPolicy(ctx, query)
 	if err != nil {
@@ -249,7 +249,7 @@ func (c *Conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 		s, err = c.inner.Prepare(query)
 	}
 	if err != nil {
-		return nil, typedErr(err)
+		return nil, placeholderHint(query, typedErr(err))
 	}
 	return &Stmt{c: c, inner: s, query: query}, nil
 }

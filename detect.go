@@ -121,7 +121,7 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 			if ev.AdminError != "" {
 				attrs = append(attrs, slog.String("admin_error", ev.AdminError))
 			}
-			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection pooler answers this connection; "+assumedNote+" (logged once per configuration)", attrs...)
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(poolerUnknown, g.cfg.policy, declareHint)+" (logged once per configuration)", attrs...)
 		})
 	}
 	gc.setMode(m, ev)
@@ -135,5 +135,32 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	return nil
 }
 
-// assumedNote says what an assumed pool mode means and how to declare it.
-const assumedNote = "pool mode unknown, assumed transaction pooling (session-level advisory locks are refused); declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"
+// declareHint says how to make the pool mode known.
+const declareHint = "declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)"
+
+// assumedWarning is the once-per-configuration line logged when the pool
+// mode is not known (why): what the assumption means under policy p, and
+// how to end it.
+func assumedWarning(why string, p Policy, how string) string {
+	return "pgadvisory: " + why + ": assuming transaction pooling, so session-level advisory lock calls are " + policyEffect(p) + "; " + how
+}
+
+// poolerUnknown is why the mode is assumed behind an unidentified pooler.
+const poolerUnknown = "a connection pooler answers and its pool mode is unknown"
+
+// policyEffect says what p does to a session-level lock call behind
+// transaction pooling.
+func policyEffect(p Policy) string {
+	switch p {
+	case PolicyHold:
+		return "held for their connection when a statement is one lock call (policy hold)"
+	case PolicyRewrite:
+		return "rewritten to transaction-level locks inside transactions and held in autocommit when a statement is one lock call (policy rewrite)"
+	case PolicyWarn:
+		return "logged and sent (policy warn)"
+	case PolicyAllow:
+		return "sent (policy allow)"
+	default:
+		return "refused (policy reject)"
+	}
+}

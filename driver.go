@@ -216,7 +216,7 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 func (c *Connector) detect(ctx context.Context, pc *pgx.Conn) (poolmode.Mode, poolmode.Evidence, error) {
 	if pc == nil {
 		c.cfg.logger.LogAttrs(ctx, slog.LevelWarn,
-			"pgadvisory: cannot detect the pool mode through a non-pgx connection; pool mode unknown, assumed transaction pooling (session-level advisory locks are refused). Declare it with pgadvisory.WithPoolMode")
+			assumedWarning("the pool mode cannot be detected through a non-pgx connection", c.cfg.policy, "declare it with pgadvisory.WithPoolMode"))
 		return poolmode.Transaction, poolmode.Evidence{Source: poolmode.SourceFallback}, nil
 	}
 	pcfg := pc.Config()

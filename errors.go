@@ -176,25 +176,41 @@ type SessionLockError struct {
 	Assumed bool
 }
 
-// Error says what was refused, why, and what to do instead.
+// Error is one line: what was refused and why, then the fixes. The
+// statement, the position and the policy are the error's fields.
 func (e *SessionLockError) Error() string {
-	instead := "take a transaction-level lock inside a transaction instead"
-	if e.Twin != "" {
-		instead = fmt.Sprintf("call %s inside a transaction instead", e.Twin)
-	}
-	why := "the lock would stay on a pooled server backend that other clients use"
+	why := "the lock would stay on a server connection that other clients share"
 	if e.Twin == "" {
-		why = "the unlock would run on whichever server backend the pooler picks and may release another client's lock"
+		why = "the unlock would run on whichever server connection the pooler picks"
 	}
-	extra := ""
-	switch {
-	case (e.Policy == PolicyRewrite || e.Policy == PolicyHold) && !e.InTx && e.Mode == poolmode.Transaction:
-		extra = " (in autocommit, policy " + e.Policy.String() + " holds only a statement that is one lock call with integer literal or bound keys, such as SELECT pg_advisory_lock($1))"
-	case e.Policy == PolicyRewrite && !e.InTx:
-		extra = " (policy rewrite only rewrites inside a transaction: in autocommit a transaction-level lock is released when the statement ends)"
+	return fmt.Sprintf("pgadvisory: %s refused under %s: %s; %s",
+		e.Func, poolingPhrase(e.Mode, e.Assumed), why, strings.Join(e.fixes(), ", or "))
+}
+
+// fixes lists what the caller can do instead, most likely first.
+func (e *SessionLockError) fixes() []string {
+	if e.Mode == poolmode.Statement {
+		// Neither a transaction-level lock nor hold outlives a statement there.
+		return []string{"connect through a pool in transaction or session mode"}
 	}
-	return fmt.Sprintf("pgadvisory: %s at position %d refused under %s: %s; %s, or use advisory.WithXactLock%s",
-		e.Func, e.Position, poolingPhrase(e.Mode, e.Assumed), why, instead, extra)
+	var fs []string
+	if e.Twin != "" {
+		fs = append(fs, "call "+e.Twin+" inside a transaction (advisory.WithXactLock)")
+	} else {
+		fs = append(fs, "take the lock inside a transaction with pg_advisory_xact_lock (advisory.WithXactLock)")
+	}
+	switch e.Policy {
+	case PolicyHold, PolicyRewrite:
+		// Refused although the policy holds or rewrites: not a statement it
+		// can keep.
+		fs = append(fs, "send the call as a statement of its own with integer or bound keys (SELECT pg_advisory_lock($1)), which policy "+e.Policy.String()+" keeps")
+	default:
+		fs = append(fs, "set pgadvisory_policy=hold to keep session locks for the connection")
+	}
+	if e.Assumed {
+		fs = append(fs, "declare pgadvisory_pool_mode=session if the pooler pools sessions")
+	}
+	return fs
 }
 
 // Unwrap returns ErrSessionLock.
@@ -215,9 +231,9 @@ type StatementPoolingError struct {
 // Error says what was refused and why.
 func (e *StatementPoolingError) Error() string {
 	if e.Query == "" {
-		return fmt.Sprintf("pgadvisory: %s refused: statement pooling gives every statement its own server backend, so multi-statement transactions cannot run; use a pool in transaction mode", e.What)
+		return fmt.Sprintf("pgadvisory: %s refused under statement pooling: every statement gets its own server connection, so a transaction cannot run; connect through a pool in transaction mode", e.What)
 	}
-	return fmt.Sprintf("pgadvisory: %s at position %d refused: behind statement pooling a transaction-level lock is released as soon as its statement ends; use a pool in transaction mode", e.What, e.Position)
+	return fmt.Sprintf("pgadvisory: %s refused under statement pooling: a transaction-level lock is released as soon as its statement ends; connect through a pool in transaction mode", e.What)
 }
 
 // Unwrap returns ErrStatementPooling.
@@ -241,8 +257,8 @@ type DynamicSQLError struct {
 
 // Error says what was refused and how to allow it.
 func (e *DynamicSQLError) Error() string {
-	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) at position %d refused under %s: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
-		e.Kind, e.Position, poolingPhrase(e.Mode, e.Assumed))
+	return fmt.Sprintf("pgadvisory: dynamic SQL (%s) refused under %s: it may take an advisory lock the scanner cannot see; set pgadvisory_dynamic=warn or allow to send it",
+		e.Kind, poolingPhrase(e.Mode, e.Assumed))
 }
 
 // Unwrap returns ErrDynamicSQL.

@@ -197,7 +197,7 @@ func Refusal(err error) error {
 // poolingPhrase names the mode in a message, saying when it was assumed.
 func poolingPhrase(m poolmode.Mode, assumed bool) string {
 	if assumed {
-		return m.String() + " pooling (" + assumedNote + ")"
+		return m.String() + " pooling (assumed: pool mode unknown)"
 	}
 	if m == poolmode.Direct {
 		return "a direct connection"

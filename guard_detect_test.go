@@ -96,7 +96,7 @@ func TestIntegrationGuardDetect(t *testing.T) {
 		pool := guardedPool(t, c.DSN(pgbouncer.Transaction))
 		_, err := pool.Exec(ctx, "SELECT pg_advisory_lock(7501)")
 		wantRefusal(t, err, pgadvisory.ErrSessionLock)
-		if !strings.Contains(err.Error(), "pool mode unknown, assumed transaction pooling") || !strings.Contains(err.Error(), "pgadvisory_pool_mode") {
+		if !strings.Contains(err.Error(), "transaction pooling (assumed: pool mode unknown)") || !strings.Contains(err.Error(), "pgadvisory_pool_mode") {
 			t.Fatalf("error %q does not say the mode was assumed and how to declare it", err)
 		}
 	})

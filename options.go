@@ -69,12 +69,11 @@ func (p Policy) String() string {
 	return policyNames[p]
 }
 
-// ParsePolicy parses "reject", "rewrite", "warn", "allow" or "hold".
+// ParsePolicy parses "reject", "rewrite", "warn", "allow" or "hold", in
+// any letter case (as poolmode.Parse reads pool modes).
 func ParsePolicy(s string) (Policy, error) {
-	for i, n := range policyNames {
-		if s == n {
-			return Policy(i), nil
-		}
+	if i := indexOf(policyNames[:], s); i >= 0 {
+		return Policy(i), nil
 	}
 	return 0, fmt.Errorf("pgadvisory: unknown policy %q (accepted: %s)", s, strings.Join(policyNames[:], ", "))
 }
@@ -342,7 +341,7 @@ const (
 	ParamPoolMode           = "pgadvisory_pool_mode"           // auto|direct|session|transaction|statement
 	ParamPolicy             = "pgadvisory_policy"              // reject|rewrite|warn|allow|hold
 	ParamDynamic            = "pgadvisory_dynamic"             // warn|reject|allow
-	ParamLeakAction         = "pgadvisory_leak_action"         // release|discard
+	ParamLeakAction         = "pgadvisory_leak_action"         // release|discard|keep
 	ParamPreparedStatements = "pgadvisory_prepared_statements" // true|false
 	ParamAdminDSN           = "pgadvisory_admin_dsn"           // full admin-console connection string
 	ParamAdminUser          = "pgadvisory_admin_user"
@@ -357,8 +356,11 @@ const (
 
 var secretParams = map[string]bool{ParamAdminPassword: true, ParamAdminDSN: true}
 
+// knownParams lists every parameter applyParam takes, for the error that
+// names an unknown one.
 var knownParams = []string{ParamPoolMode, ParamPolicy, ParamDynamic, ParamLeakAction, ParamPreparedStatements,
-	ParamAdminDSN, ParamAdminUser, ParamAdminPassword, ParamAdminHost, ParamAdminPort, ParamAdminDatabase, ParamPipelineBegin}
+	ParamPipelineBegin, ParamHoldMaxPerConn, ParamHoldMax,
+	ParamAdminDSN, ParamAdminUser, ParamAdminPassword, ParamAdminHost, ParamAdminPort, ParamAdminDatabase}
 
 // paramError names the parameter and the accepted values; the value is left
 // out for secret parameters.
@@ -406,7 +408,7 @@ func (c *config) takeParams(params map[string]string) error {
 func (c *config) applyParam(k, v string) error {
 	switch k {
 	case ParamPoolMode:
-		if v == "auto" {
+		if strings.EqualFold(v, "auto") {
 			c.declared = poolmode.Unknown
 			return nil
 		}
@@ -434,13 +436,13 @@ func (c *config) applyParam(k, v string) error {
 		}
 		c.leakAction = LeakAction(i)
 	case ParamPreparedStatements:
-		b, err := strconv.ParseBool(v)
+		b, err := parseBool(v)
 		if err != nil {
 			return paramError(k, v, "true, false")
 		}
 		c.preparedOK = b
 	case ParamPipelineBegin:
-		b, err := strconv.ParseBool(v)
+		b, err := parseBool(v)
 		if err != nil {
 			return paramError(k, v, "true, false")
 		}
@@ -476,14 +478,19 @@ func (c *config) applyParam(k, v string) error {
 	return nil
 }
 
+// indexOf finds v among names in any letter case: every pgadvisory_* value
+// is read that way, as poolmode.Parse reads pool modes.
 func indexOf(names []string, v string) int {
 	for i, n := range names {
-		if n == v {
+		if strings.EqualFold(n, v) {
 			return i
 		}
 	}
 	return -1
 }
+
+// parseBool is strconv.ParseBool in any letter case ("True", "FALSE", "t").
+func parseBool(v string) (bool, error) { return strconv.ParseBool(strings.ToLower(v)) }
 
 // buildAdmin assembles the admin-console config from the DSN parameters,
 // defaulting host and port to the application's connection.

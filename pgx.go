@@ -171,6 +171,15 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		if c.adminHost != cfg.Host {
 			c.admin.TLSConfig.ServerName = c.adminHost
 		}
+		// sslmode=prefer (the default) or allow: the connection string
+		// accepts plaintext when the server refuses TLS, and so does the
+		// console (a PgBouncer without client TLS refuses it for both).
+		for _, fb := range cfg.Fallbacks {
+			if fb.TLSConfig == nil {
+				c.admin.Fallbacks = append(c.admin.Fallbacks, &pgconn.FallbackConfig{Host: c.admin.Host, Port: c.admin.Port})
+				break
+			}
+		}
 	}
 	// The pure-Go parser (CGO_ENABLED=0) compiles its WebAssembly module
 	// once, in seconds: start now, off the first statement's path (a scan

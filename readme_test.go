@@ -117,10 +117,42 @@ func TestREADME(t *testing.T) {
 }
 
 // codeBlock is the text of one fenced block; line is the README line of its
-// first content line (1-based).
+// first content line (1-based). file is the path named by an HTML comment
+// "<!-- path -->" on the line right before the opening fence, or "".
 type codeBlock struct {
 	line int
 	text string
+	file string
+}
+
+// TestREADMEShowsExamplesVerbatim: a ```go block marked with the path of a
+// file ("<!-- examples/databasesql/main.go -->" on the line before its
+// fence) is that file, byte for byte. The quickstart's programs are marked
+// so: the examples module's test builds and runs those files against
+// PgBouncer, so the README shows code that runs as written.
+func TestREADMEShowsExamplesVerbatim(t *testing.T) {
+	md, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, b := range goBlocks(md) {
+		if b.file == "" {
+			continue
+		}
+		marked++
+		want, err := os.ReadFile(filepath.FromSlash(b.file))
+		if err != nil {
+			t.Errorf("README.md:%d: the block names %s: %v", b.line, b.file, err)
+			continue
+		}
+		if b.text != string(want) {
+			t.Errorf("README.md:%d: the block differs from %s: copy the file into the README again", b.line, b.file)
+		}
+	}
+	if marked == 0 {
+		t.Error("README.md marks no ```go block as a file of examples/: the quickstart lost its programs, or the marker changed")
+	}
 }
 
 // goBlocks returns README's ```go blocks in order.
@@ -133,6 +165,7 @@ func goBlocks(md []byte) []codeBlock {
 		indent string // the opening fence's indentation, removed from its lines
 		cur    codeBlock
 		body   strings.Builder
+		prev   string // the line before, outside blocks
 	)
 	sc := bufio.NewScanner(bytes.NewReader(md))
 	sc.Buffer(nil, 1<<20)
@@ -142,17 +175,23 @@ func goBlocks(md []byte) []codeBlock {
 		if !in {
 			f := fenceRun(trimmed)
 			if f == "" {
+				prev = trimmed
 				continue
 			}
 			in, fence, indent = true, f, line[:len(line)-len(trimmed)]
 			info := strings.Fields(trimmed[len(f):])
 			isGo = len(info) > 0 && info[0] == "go"
 			cur = codeBlock{line: n + 1}
+			if c, ok := strings.CutPrefix(prev, "<!--"); ok {
+				if c, ok := strings.CutSuffix(c, "-->"); ok {
+					cur.file = strings.TrimSpace(c)
+				}
+			}
 			body.Reset()
 			continue
 		}
 		if f := fenceRun(trimmed); f != "" && f[0] == fence[0] && len(f) >= len(fence) && strings.TrimSpace(trimmed[len(f):]) == "" {
-			in = false
+			in, prev = false, ""
 			if isGo {
 				cur.text = body.String()
 				blocks = append(blocks, cur)

@@ -57,7 +57,7 @@ func (s *Stmt) Query(args []driver.Value) (driver.Rows, error) {
 // untouched.
 func (s *Stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	r, err := s.execInner(ctx, args)
-	return r, typedErr(err)
+	return r, placeholderHint(s.query, typedErr(err))
 }
 
 func (s *Stmt) execInner(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
@@ -78,7 +78,7 @@ func (s *Stmt) execInner(ctx context.Context, args []driver.NamedValue) (driver.
 // untouched.
 func (s *Stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	r, err := s.queryInner(ctx, args)
-	return r, typedErr(err)
+	return r, placeholderHint(s.query, typedErr(err))
 }
 
 func (s *Stmt) queryInner(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {

@@ -67,15 +67,46 @@ func runDetect(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !ok {
 		return fmt.Errorf("unexpected connection type %T", dc)
 	}
+	if pc.Evidence().Source == poolmode.SourceFallback {
+		// A pooler of unknown mode: transaction and statement pooling look
+		// alike until a transaction spans two round trips, which statement
+		// pooling refuses (and the guard then records).
+		if err := probeTransaction(ctx, dc); err != nil && pc.PoolMode() != poolmode.Statement {
+			return fmt.Errorf("probe transaction (BEGIN; SELECT 1; COMMIT): %w", err)
+		}
+	}
 	ev := pc.Evidence()
 	printDetection(stdout, pc.PoolMode(), ev)
-	if (*adminDSN != "" || *adminUser != "") && ev.AdminError != "" && !*fallback {
+	if ev.AdminError != "" && !*fallback {
 		// The conclusion above comes from the fallback evidence; an
-		// operator who asked for the admin console must not mistake it
-		// for SHOW POOLS.
-		return fmt.Errorf("admin console: %s; the conclusion above is without it (pass -admin-fallback to accept that)", ev.AdminError)
+		// operator who asked for the admin console (flags or DSN
+		// parameters) must not mistake it for SHOW POOLS.
+		msg := "admin console: " + ev.AdminError
+		if _, set := os.LookupEnv(adminPasswordEnv); *adminUser != "" && !set {
+			msg += "; $" + adminPasswordEnv + " is unset (it holds -admin-user's password)"
+		}
+		return fmt.Errorf("%s; the conclusion above is without it (pass -admin-fallback to accept that)", msg)
 	}
 	return nil
+}
+
+// probeTransaction runs a two-round-trip transaction on dc: BEGIN with
+// SELECT 1, then COMMIT.
+func probeTransaction(ctx context.Context, dc driver.Conn) error {
+	bt, ok := dc.(driver.ConnBeginTx)
+	ex, ok2 := dc.(driver.ExecerContext)
+	if !ok || !ok2 {
+		return fmt.Errorf("unexpected connection type %T", dc)
+	}
+	tx, err := bt.BeginTx(ctx, driver.TxOptions{})
+	if err != nil {
+		return err
+	}
+	if _, err := ex.ExecContext(ctx, "SELECT 1", nil); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
@@ -89,6 +120,8 @@ func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
 		conclusion = fmt.Sprintf("PgBouncer in %s pooling mode", m)
 	case poolmode.SourceParameterStatus:
 		conclusion = fmt.Sprintf("a pooler announcing %s pooling mode", m)
+	case poolmode.SourcePoolerRefusal:
+		conclusion = "a pooler in statement pooling mode (it refused a transaction)"
 	default:
 		conclusion = "an unidentified connection pooler (treated as transaction pooling, fail safe)"
 	}
@@ -112,6 +145,12 @@ func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
 	if ev.AdminError != "" {
 		fmt.Fprintf(w, "  admin console failed: %s\n", ev.AdminError)
 	}
+	switch ev.Source {
+	case poolmode.SourceFallback:
+		fmt.Fprintln(w, "  probe transaction (BEGIN; SELECT 1; COMMIT): allowed, so not statement pooling")
+	case poolmode.SourcePoolerRefusal:
+		fmt.Fprintln(w, "  probe transaction (BEGIN; SELECT 1; COMMIT): refused by the pooler (transaction blocks not allowed in statement pooling mode)")
+	}
 	fmt.Fprintln(w, "recommended settings:")
 	for _, r := range recommendations(m, ev) {
 		fmt.Fprintf(w, "  - %s\n", r)
@@ -130,7 +169,8 @@ func recommendations(m poolmode.Mode, ev poolmode.Evidence) []string {
 		}
 	case poolmode.Transaction:
 		rs = append(rs,
-			"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock); session-level ones are refused (pgadvisory_policy=reject, the default) or rewritten inside transactions (pgadvisory_policy=rewrite)",
+			"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock); session-level ones are refused (pgadvisory_policy=reject, the default)",
+			"for migration tools and leader election, which need session locks, set pgadvisory_policy=hold: the driver holds each lock on a server connection of its own, so the pooler's pool_size must exceed the keys held at once",
 			"default_query_exec_mode: leave it unset (the driver uses cache_describe) or choose cache_describe, exec or simple_protocol; set pgadvisory_prepared_statements=true only for PgBouncer >= 1.21 with max_prepared_statements > 0")
 		if ev.Source == poolmode.SourceFallback {
 			rs = append(rs, "if the pooler really runs in session mode, declare pgadvisory_pool_mode=session, or pass admin-console credentials (-admin-user, $"+adminPasswordEnv+") so the mode can be read from SHOW POOLS")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -27,7 +29,7 @@ func TestDetectUsage(t *testing.T) {
 }
 
 func TestDetectAgainstHarness(t *testing.T) {
-	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session))
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session, pgbouncer.Statement))
 	t.Setenv(adminPasswordEnv, c.AdminPassword())
 	cases := []struct {
 		name string
@@ -35,7 +37,11 @@ func TestDetectAgainstHarness(t *testing.T) {
 		want []string
 	}{
 		{"direct", []string{c.DirectDSN()}, []string{"conclusion: direct connection to PostgreSQL", "pool mode:  direct", "source: backend_pid", "(equal"}},
-		{"transaction-no-admin", []string{c.DSN(pgbouncer.Transaction)}, []string{"unidentified connection pooler", "pool mode:  transaction", "different: a pooler", "pgadvisory_pool_mode=session"}},
+		{"transaction-no-admin", []string{c.DSN(pgbouncer.Transaction)}, []string{"unidentified connection pooler", "pool mode:  transaction", "different: a pooler", "probe transaction (BEGIN; SELECT 1; COMMIT): allowed", "pgadvisory_policy=hold", "pgadvisory_pool_mode=session"}},
+		// Without the admin console, statement pooling is told by its refusal
+		// of the probe transaction, never reported as transaction pooling.
+		{"statement-no-admin", []string{c.DSN(pgbouncer.Statement)}, []string{"statement pooling mode (it refused a transaction)", "pool mode:  statement", "source: pooler_refusal", "probe transaction (BEGIN; SELECT 1; COMMIT): refused", "cannot work behind statement pooling"}},
+		{"statement-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Statement)}, []string{"PgBouncer in statement pooling mode", "pool_mode=statement"}},
 		{"transaction-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}, []string{"PgBouncer in transaction pooling mode", "pool_mode=transaction", "bouncer", "cache_describe"}},
 		{"session-admin-dsn", []string{"-admin-dsn", c.AdminDSN(pgbouncer.Session), c.DSN(pgbouncer.Session)}, []string{"PgBouncer in session pooling mode", "pool_mode=session"}},
 	}
@@ -59,6 +65,32 @@ func TestDetectAgainstHarness(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "admin console failed") || !strings.Contains(out.String(), "pool mode:  transaction") {
 			t.Fatalf("-admin-fallback output:\n%s", out.String())
+		}
+	})
+	t.Run("wrong-admin-password-in-dsn", func(t *testing.T) {
+		u, err := url.Parse(c.DSN(pgbouncer.Transaction))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("pgadvisory_admin_user", c.AdminUser())
+		q.Set("pgadvisory_admin_password", "not-"+c.AdminPassword())
+		u.RawQuery = q.Encode()
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), []string{"detect", u.String()}, &out, &errb); code != 1 {
+			t.Fatalf("exit code %d; want 1 (the admin console was asked for and failed)\n%s%s", code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "admin console") || strings.Contains(out.String()+errb.String(), "not-"+c.AdminPassword()) {
+			t.Fatalf("stderr:\n%s", errb.String())
+		}
+	})
+	t.Run("admin-password-unset", func(t *testing.T) {
+		t.Setenv(adminPasswordEnv, "") // restored after the test
+		os.Unsetenv(adminPasswordEnv)
+		var out, errb bytes.Buffer
+		err := runDetect(t.Context(), []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), "$"+adminPasswordEnv+" is unset") {
+			t.Fatalf("err = %v; want it to say $%s is unset", err, adminPasswordEnv)
 		}
 	})
 	for _, tc := range cases {

@@ -95,7 +95,7 @@ func Detect(ctx context.Context, pc *pgconn.PgConn, opts Options) (poolmode.Mode
 		attrs = append(attrs, slog.String("admin_error", ev.AdminError))
 	}
 	logger.LogAttrs(ctx, slog.LevelWarn,
-		"pgadvisory: a connection pooler answers this connection but its pool mode is unknown; assuming transaction pooling (session-level advisory locks are refused). Declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)",
+		"pgadvisory: a connection pooler answers and its pool mode is unknown: assuming transaction pooling, where session-level advisory locks leak to other clients; declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)",
 		attrs...)
 	return poolmode.Transaction, ev, nil
 }

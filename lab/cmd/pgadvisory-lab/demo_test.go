@@ -28,7 +28,7 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"== 1. the widely copied pattern",
 		"refused at their first lock, before it reached the server",
-		"pg_advisory_lock at position 8 refused under transaction pooling",
+		"pg_advisory_lock refused under transaction pooling",
 		"WithXactLock through pgadvisory:  12 events: 12 settled, 0 settled twice (0 extra ledger rows), 0 lost, 0 wrong balances",
 		"same code through pgadvisory:     refused by the driver (3 workers); nothing settled, nothing sent",
 	} {
