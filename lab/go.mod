@@ -9,6 +9,7 @@ require (
 	github.com/pgadvisory/pgadvisory v0.1.0
 	github.com/pgadvisory/pgadvisory/pgbouncer/docker v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
+	golang.org/x/mod v0.39.0
 )
 
 require (
@@ -69,7 +70,6 @@ require (
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
-	golang.org/x/mod v0.39.0
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
