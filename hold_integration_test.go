@@ -551,7 +551,10 @@ func TestIntegrationHoldStatementPooling(t *testing.T) {
 
 // TestIntegrationHoldInTransaction: a lone session lock call inside a
 // transaction is held too, and outlives the transaction as a session's
-// lock does; a lock call with more around it is rewritten there.
+// lock does; a lock call with more around it is refused there (a rewrite
+// to the transaction-level twin would end with the transaction, which a
+// session's lock does not), and the transaction is aborted, as by a failed
+// statement.
 func TestIntegrationHoldInTransaction(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	a := holdConn(t, holdDSN(t, c))
@@ -564,17 +567,19 @@ func TestIntegrationHoldInTransaction(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 9115); err != nil {
 			t.Fatal(err)
 		}
-		// Not one call alone: rewritten to the transaction-level twin.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1), 1", 9116); err != nil {
-			t.Fatal(err)
+		// Not one call alone: refused, nothing taken.
+		_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1), 1", 9116)
+		wantRefusal(t, err, pgadvisory.ErrHoldFailed)
+		var ue *pgadvisory.HoldUnitError
+		if !errors.As(pgadvisory.Refusal(err), &ue) || ue.Func != "pg_advisory_lock" {
+			t.Fatalf("refusal %v, want a *HoldUnitError", pgadvisory.Refusal(err))
 		}
-		wantLocks(t, c, "9115/ExclusiveLock", "9116/ExclusiveLock")
+		wantLocks(t, c, "9115/ExclusiveLock")
 		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
+			if err = tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
+				t.Fatalf("commit of the aborted transaction: %v, want ErrTxCommitRollback", err)
+			}
+		} else if err = tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 		wantLocks(t, c, "9115/ExclusiveLock") // the held one outlives the transaction

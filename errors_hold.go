@@ -1,0 +1,77 @@
+package pgadvisory
+
+import "fmt"
+
+// HoldUnitError refuses a session-level lock call that policy hold cannot
+// sequence with the server: it is not alone in its round trip (a pgx.Batch
+// or pipeline with other statements), or statements written before it are
+// still unanswered. The hold takes or releases the lock on a holder
+// connection before the client's statement reaches the server; with other
+// statements around it the server might skip the call (an earlier statement
+// failed) after the lock was already taken or released. Nothing is taken:
+// the whole unit fails as a failing statement would.
+type HoldUnitError struct {
+	// Func is the lock function.
+	Func string
+	// Query is the statement text.
+	Query string
+	// Position is the 1-based byte offset of Func in Query.
+	Position int
+	// Pending says statements written before it were still unanswered
+	// (else: the call shared its unit with other statements).
+	Pending bool
+}
+
+func (e *HoldUnitError) Error() string {
+	why := "it is not a lone call (SELECT pg_advisory_lock(...)) alone in its round trip (a batch, a pipeline or a statement with others)"
+	if e.Pending {
+		why = "statements written before it are still unanswered (a pipeline)"
+	}
+	return fmt.Sprintf("pgadvisory: %s refused under policy hold: %s, so the lock could not follow the server's answer; send the lock call alone, after the replies to earlier statements", e.Func, why)
+}
+
+// Unwrap returns ErrHoldFailed.
+func (e *HoldUnitError) Unwrap() error { return ErrHoldFailed }
+
+func (e *HoldUnitError) position() int { return e.Position }
+
+// HoldSelfLockError refuses a transaction-level lock call of a key this
+// connection holds through policy hold (or a session call rewritten to one),
+// or a held session lock of a key its own transaction locked (Xact):
+// PostgreSQL grants it at once, since a session never conflicts with itself,
+// but the held lock lives on a holder connection, another session to the
+// server, so the call would wait for it forever (a deadlock the server
+// cannot see) or a try would answer false.
+type HoldSelfLockError struct {
+	// Func is the lock function.
+	Func string
+	// Key is the held key, for example "(42)"; empty when the call's key
+	// could not be read.
+	Key string
+	// Query is the statement text.
+	Query string
+	// Position is the 1-based byte offset of Func in Query.
+	Position int
+	// Xact says it is the other way round: a session lock call of a key
+	// the client's own transaction locked at transaction level.
+	Xact bool
+}
+
+func (e *HoldSelfLockError) Error() string {
+	if e.Xact {
+		key := e.Key
+		if key == "" {
+			key = " of a key"
+		}
+		return fmt.Sprintf("pgadvisory: %s%s refused under policy hold: this connection's transaction took a transaction-level lock that may be the same key, and the held lock would be taken by a holder connection, which would wait for it; take the session lock before the transaction-level one, or after the transaction", e.Func, key)
+	}
+	if e.Key == "" {
+		return fmt.Sprintf("pgadvisory: %s refused under policy hold: this connection holds session locks on holder connections and the call's key cannot be read, so it might wait for this connection's own lock; pass the key as an integer or a parameter", e.Func)
+	}
+	return fmt.Sprintf("pgadvisory: %s%s refused under policy hold: this connection holds that key through a holder connection, so the call would wait for its own lock; the held lock already covers this transaction", e.Func, e.Key)
+}
+
+// Unwrap returns ErrHoldFailed.
+func (e *HoldSelfLockError) Unwrap() error { return ErrHoldFailed }
+
+func (e *HoldSelfLockError) position() int { return e.Position }
