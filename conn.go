@@ -295,7 +295,12 @@ func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 }
 
 // Close closes the inner connection.
-func (c *Conn) Close() error { return c.inner.Close() }
+func (c *Conn) Close() error {
+	if c == nil || c.inner == nil {
+		return errZeroConn
+	}
+	return c.inner.Close()
+}
 
 // CheckNamedValue delegates to the inner connection, so pgx arrays and
 // pgtype values bind as with pgx's stdlib; driver.ErrSkip (default
@@ -316,11 +321,19 @@ func (c *Conn) Ping(ctx context.Context) error {
 }
 
 // IsValid delegates to the inner connection (true when it cannot tell).
-// database/sql calls it when the connection goes back to the pool: session
-// locks the guard holds for it (PolicyHold) are released then.
+// database/sql calls it when the connection goes back to the pool. Session
+// locks the guard holds for it (PolicyHold) stay held, as a session's locks
+// stay with its connection until it closes; a connection whose held lock
+// was lost is not valid (database/sql closes it).
 func (c *Conn) IsValid() bool {
+	if c.inner == nil {
+		return false
+	}
 	if c.gc != nil {
-		c.gc.resetHolds()
+		if c.gc.holdLost() {
+			return false
+		}
+		c.gc.warnPooledHold(context.Background())
 	}
 	if c.validator == nil {
 		return true
@@ -343,9 +356,6 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 		}
 	}
 	c.inTx, c.txRewrote = false, false
-	if c.gc != nil {
-		c.gc.resetHolds()
-	}
 	locked := c.sessionLocked
 	c.sessionLocked = false
 	if c.gc != nil {

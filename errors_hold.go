@@ -1,6 +1,16 @@
 package pgadvisory
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// errZeroConnector is Connect on a Connector not built by NewConnector,
+// Wrap or OpenDB.
+var errZeroConnector = errors.New("pgadvisory: Connector not initialized: create it with pgadvisory.NewConnector or pgadvisory.Wrap")
+
+// errZeroConn is a method of a Conn not made by a Connector.
+var errZeroConn = errors.New("pgadvisory: Conn not initialized: connections come from a pgadvisory Connector (sql.Open(\"pgadvisory\", ...))")
 
 // HoldUnitError refuses a session-level lock call that policy hold cannot
 // sequence with the server: it is not alone in its round trip (a pgx.Batch
@@ -34,6 +44,30 @@ func (e *HoldUnitError) Error() string {
 func (e *HoldUnitError) Unwrap() error { return ErrHoldFailed }
 
 func (e *HoldUnitError) position() int { return e.Position }
+
+// PoolHooksError fails a pgxpool connection under policy hold (or rewrite)
+// when the pool's AfterRelease or PrepareConn was set after ConfigurePool
+// (or ParsePoolConfig) and so replaced the guard's: the guard releases held
+// session locks in those hooks when a connection goes back to the pool, and
+// without them the next acquirer would re-enter a lock it never took. Set
+// the hooks before ConfigurePool, which runs them after the guard's.
+type PoolHooksError struct {
+	// AfterRelease and PrepareConn say which hook was replaced.
+	AfterRelease, PrepareConn bool
+}
+
+func (e *PoolHooksError) Error() string {
+	var which string
+	switch {
+	case e.AfterRelease && e.PrepareConn:
+		which = "AfterRelease and PrepareConn were"
+	case e.AfterRelease:
+		which = "AfterRelease was"
+	default:
+		which = "PrepareConn was"
+	}
+	return "pgadvisory: pgxpool.Config." + which + " set after pgadvisory.ConfigurePool (or ParsePoolConfig), replacing the guard's hook that releases held session locks on Release; set it on the config before calling ConfigurePool, which chains it"
+}
 
 // HoldSelfLockError refuses a transaction-level lock call of a key this
 // connection holds through policy hold (or a session call rewritten to one),

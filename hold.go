@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -956,6 +957,27 @@ func (c *guardConn) closeHolds() {
 	}
 }
 
+// holdLost reports whether a held lock of the connection was lost: the
+// connection is broken for good.
+func (c *guardConn) holdLost() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.holds != nil && c.holds.lost.Load() != nil
+}
+
+// warnPooledHold logs, once per configuration, that a connection went back
+// to a database/sql pool holding session locks: they stay with it, as a
+// session's locks do, but the pool may hand it to another goroutine.
+func (c *guardConn) warnPooledHold(ctx context.Context) {
+	if c.heldCount.Load() == 0 {
+		return
+	}
+	c.g.warnPooled.Do(func() {
+		c.g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per configuration)",
+			slog.Int("held_keys", int(c.heldCount.Load())))
+	})
+}
+
 // HoldsSessionLocks reports whether the guard keeps session-level lock
 // calls working on this connection (policy hold, or rewrite in autocommit,
 // behind transaction pooling). Packages that cannot import this one find it
@@ -966,13 +988,15 @@ func (c *guardConn) HoldsSessionLocks() bool {
 	return c.g.holdEnabled() && c.mode == poolmode.Transaction
 }
 
-// takeLost returns the error for held locks lost since the last statement,
-// once, and forgets those locks. c.wmu held.
+// takeLost returns the error for held locks lost, for every statement
+// after the loss: a session whose lock died is a dead session, and the
+// connection stays broken until it closes (database/sql and pgxpool discard
+// it). The lost holders are let go. c.wmu held.
 func (c *guardConn) takeLost() error {
 	if c.holds == nil {
 		return nil
 	}
-	le := c.holds.lost.Swap(nil)
+	le := c.holds.lost.Load()
 	if le == nil {
 		return nil
 	}

@@ -370,7 +370,7 @@ func TestIntegrationHoldDifferential(t *testing.T) {
 // outlive the test's connections by design (they serve the next lock).
 func dropIdleHolders(t *testing.T, cfg *pgx.ConnConfig) {
 	t.Helper()
-	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	conn, err := pgx.ConnectConfig(context.Background(), cfg) // also from a Cleanup
 	if err != nil {
 		t.Fatal(err)
 	}

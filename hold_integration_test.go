@@ -366,8 +366,10 @@ func TestIntegrationHoldLost(t *testing.T) {
 	}
 	wantLost(t, a)
 	wantLocks(t, c)
-	// The lost key can be taken again.
-	if !tryLock(t, a, k) || !unlock(t, a, k) {
+	// The lost key can be taken again, on another connection: this one is
+	// broken for good.
+	b := holdConn(t, holdDSN(t, c))
+	if !tryLock(t, b, k) || !unlock(t, b, k) {
 		t.Fatal("lock after the loss")
 	}
 }
@@ -389,14 +391,18 @@ func wantLost(t *testing.T, conn *pgx.Conn) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
-		t.Fatalf("the statement after ErrLockLost: %v", err)
+	// Sticky: a session whose lock died is a dead session (finding 7).
+	for range 3 {
+		if _, err := conn.Exec(t.Context(), "SELECT 1"); !errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrLockLost) {
+			t.Fatalf("a statement after ErrLockLost: %v, want ErrLockLost again", err)
+		}
 	}
 }
 
 // TestIntegrationHoldDatabaseSQL: the same through database/sql on a pinned
-// connection (as golang-migrate and goose lock); returning the connection
-// to the pool ends what it holds.
+// connection (as golang-migrate and goose lock). Returning the connection
+// to the pool keeps what it holds, as a session keeps its locks: the pool
+// hands it back and the unlock finds the lock; closing it ends them.
 func TestIntegrationHoldDatabaseSQL(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	db, err := sql.Open("pgadvisory", holdDSN(t, c))
@@ -413,13 +419,18 @@ func TestIntegrationHoldDatabaseSQL(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", fmt.Sprint(k)); err != nil {
 		t.Fatal(err)
 	}
-	var ok bool
-	if err := db.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
-		t.Fatalf("other connection's try-lock: %v, %v; want false", ok, err)
+	db.SetMaxOpenConns(1) // the pool has this one connection to hand out
+	if tryLock(t, holdConn(t, holdDSN(t, c)), k) {
+		t.Fatal("another connection's try-lock of a held key")
 	}
 	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
-	if err := conn.Close(); err != nil {
+	if err := conn.Close(); err != nil { // back to the pool
 		t.Fatal(err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	var ok bool
+	if err := db.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", k).Scan(&ok); err != nil || !ok {
+		t.Fatalf("unlock through the pool: %v, %v; want true", ok, err)
 	}
 	wantLocks(t, c)
 }
