@@ -69,6 +69,14 @@ func (e *PoolHooksError) Error() string {
 	return "pgadvisory: pgxpool.Config." + which + " set after pgadvisory.ConfigurePool (or ParsePoolConfig), replacing the guard's hook that releases held session locks on Release; set it on the config before calling ConfigurePool, which chains it"
 }
 
+// statementTimeoutError is a held lock's wait past the session's
+// statement_timeout: the client reads PostgreSQL's own error (SQLSTATE
+// 57014).
+type statementTimeoutError struct{}
+
+func (statementTimeoutError) Error() string    { return "canceling statement due to statement timeout" }
+func (statementTimeoutError) SQLState() string { return "57014" }
+
 // HoldSelfLockError refuses a transaction-level lock call of a key this
 // connection holds through policy hold (or a session call rewritten to one),
 // or a held session lock of a key its own transaction locked (Xact):

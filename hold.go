@@ -103,7 +103,7 @@ type holdPlan struct {
 	// takenInTx: an unlock of a key a rewrite took in this transaction
 	// (true, as under PolicyRewrite).
 	takenInTx bool
-	timeout   time.Duration // the session's lock_timeout (0: none)
+	timeouts  holdTimeouts // the session's lock_timeout and statement_timeout, as seen
 }
 
 // holdShape reads text as SELECT <call>(<args>) [AS alias] [;] and returns
@@ -412,7 +412,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		// as it would the call, and nothing is held.
 		return nil, standIn(t, call, args, alias, true, true, paramTypes), true
 	}
-	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeout: c.lockTimeout}
+	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeouts: c.timeouts}
 	if t == 'P' {
 		p.unit = c.sent + 1
 		if bind == nil {
@@ -668,14 +668,59 @@ func (c *guardConn) holdFailure(p *holdPlan, ok bool, err error) (holdResult, er
 		return holdResult{}, err
 	case errors.Is(err, errHoldLockTimeout):
 		return holdResult{err: lockTimeoutError{}}, nil
+	case errors.Is(err, errHoldStatementTimeout):
+		return holdResult{err: statementTimeoutError{}}, nil
 	}
 	return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
 }
 
 var (
 	errHoldCanceled    = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
-	errHoldLockTimeout = errors.New("lock_timeout")
+	errHoldLockTimeout      = errors.New("lock_timeout")
+	errHoldStatementTimeout = errors.New("statement_timeout")
 )
+
+// waitBound returns when a held lock's wait that started at start ends as
+// the server would end it (zero: no bound), and with which error: the
+// session's lock_timeout or statement_timeout, the ones the client did not
+// set read from the holder's session (the same role and database; ALTER
+// ROLE/DATABASE … SET reaches server connections the pooler opens after it,
+// as it reaches new sessions).
+func (c *guardConn) waitBound(ctx context.Context, h *holderConn, p *holdPlan, start time.Time) (time.Time, error, error) {
+	t := p.timeouts
+	if !t.lockSet || !t.stmtSet {
+		// reset_val, not the current value: behind transaction pooling a
+		// server connection may carry another client's SET. It holds the
+		// role's and database's defaults as of the server connection's
+		// start.
+		r, err := h.query(ctx, "SELECT pg_catalog.string_agg(reset_val, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', 'statement_timeout')")
+		if err == nil && r.err != nil {
+			err = r.err
+		}
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		lock, stmt, ok := strings.Cut(r.value, ",")
+		dl, ok1 := parseLockTimeout(lock)
+		ds, ok2 := parseLockTimeout(stmt)
+		if !ok || !ok1 || !ok2 {
+			return time.Time{}, nil, fmt.Errorf("pgadvisory: holder connection: timeouts %q", r.value)
+		}
+		if !t.lockSet {
+			t.lock = dl
+		}
+		if !t.stmtSet {
+			t.stmt = ds
+		}
+	}
+	switch {
+	case t.stmt > 0 && (t.lock == 0 || t.stmt <= t.lock):
+		return start.Add(t.stmt), errHoldStatementTimeout, nil
+	case t.lock > 0:
+		return start.Add(t.lock), errHoldLockTimeout, nil
+	}
+	return time.Time{}, nil, nil
+}
 
 // pollLock takes p's lock on h: once for a try-lock, until granted for a
 // lock. begin says h is outside a transaction: each attempt opens one, and
@@ -690,12 +735,11 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 	if begin {
 		q = "BEGIN; " + q
 	}
+	start := time.Now()
 	var deadline time.Time
-	if p.timeout > 0 {
-		deadline = time.Now().Add(p.timeout)
-	}
+	var timeout error
 	pause := holdPollMin
-	for {
+	for first := true; ; first = false {
 		r, err := h.query(ctx, q)
 		if err == nil && r.err != nil {
 			err = r.err
@@ -713,11 +757,17 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 		if err != nil || granted || p.op == lockscan.OpTryLock {
 			return granted, err
 		}
+		if first {
+			// A wait starts: it ends where the server would end it.
+			if deadline, timeout, err = c.waitBound(ctx, h, p, start); err != nil {
+				return false, err
+			}
+		}
 		wait := pause/2 + rand.N(pause/2+1)
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
-				return false, errHoldLockTimeout
+				return false, timeout
 			}
 			wait = min(wait, left)
 		}
@@ -764,20 +814,66 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	return &ProtocolError{Direction: "frontend", Type: p.t, Msg: "held lock call lost from its write"}
 }
 
-// trackLockTimeout follows SET lock_timeout and RESET lock_timeout at
-// session level: a held lock waits at most that long, as the server would.
-// c.mu held.
+// holdTimeouts are the session's lock_timeout and statement_timeout as far
+// as the guard saw them change (SET, RESET, set_config at session level);
+// a setting the client did not change is read from the holder's own
+// session when a wait starts (its startup parameters, ALTER ROLE and ALTER
+// DATABASE defaults are the client's too).
+type holdTimeouts struct {
+	lock, stmt       time.Duration
+	lockSet, stmtSet bool
+	// before is the value when the open transaction first changed them:
+	// a ROLLBACK restores it.
+	before *holdTimeouts
+}
+
+// trackLockTimeout follows SET, RESET and set_config(…, false) of
+// lock_timeout and statement_timeout: a held lock waits at most that long,
+// as the server would. SET LOCAL and set_config(…, true) end with the
+// transaction and are not followed. c.mu held.
 func (c *guardConn) trackLockTimeout(text string) {
 	w, rest := firstWord(text)
-	switch {
-	case strings.EqualFold(w, "reset"):
-		if n, r := firstWord(rest); strings.EqualFold(n, "all") && strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(r), ";")) == "" {
-			c.lockTimeout = startupLockTimeout(c.pc)
+	if c.timeouts.before != nil && transactionEffect(text) == txCloses {
+		// The transaction that changed them ends: a rollback (or the
+		// COMMIT of an aborted transaction) undoes the changes.
+		if !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") || c.predicted == 'E' || c.txStatus == 'E' {
+			c.timeouts = *c.timeouts.before
+		}
+		c.timeouts.before = nil
+		return
+	}
+	set := func(name, v string) {
+		name = strings.ToLower(name)
+		if name != "lock_timeout" && name != "statement_timeout" {
 			return
 		}
-		if strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ";")), "lock_timeout") {
-			c.lockTimeout = startupLockTimeout(c.pc)
+		d, isSet := time.Duration(0), false
+		if v != "" && !strings.EqualFold(v, "default") {
+			var ok bool
+			if d, ok = parseLockTimeout(v); !ok {
+				return
+			}
+			isSet = true
 		}
+		if c.predicted != 'I' && c.timeouts.before == nil {
+			prev := c.timeouts
+			c.timeouts.before = &prev
+		}
+		if name == "lock_timeout" {
+			c.timeouts.lock, c.timeouts.lockSet = d, isSet
+		} else {
+			c.timeouts.stmt, c.timeouts.stmtSet = d, isSet
+		}
+	}
+	trim := func(s string) string { return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), ";")) }
+	switch {
+	case strings.EqualFold(w, "reset"):
+		if n, r := firstWord(rest); strings.EqualFold(n, "all") && trim(r) == "" {
+			set("lock_timeout", "")
+			set("statement_timeout", "")
+			return
+		}
+		set(trim(rest), "")
 	case strings.EqualFold(w, "set"):
 		if n, r := firstWord(rest); strings.EqualFold(n, "session") {
 			rest = r
@@ -786,9 +882,6 @@ func (c *guardConn) trackLockTimeout(text string) {
 		}
 		rest = strings.TrimSpace(rest)
 		name := rest[:identLen(rest)]
-		if !strings.EqualFold(name, "lock_timeout") {
-			return
-		}
 		v := strings.TrimSpace(rest[len(name):])
 		if strings.HasPrefix(v, "=") {
 			v = v[1:]
@@ -797,25 +890,31 @@ func (c *guardConn) trackLockTimeout(text string) {
 		} else {
 			return
 		}
-		v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), ";"))
-		if strings.EqualFold(v, "default") {
-			c.lockTimeout = startupLockTimeout(c.pc)
+		if v = trim(v); v == "" {
 			return
 		}
-		if d, ok := parseLockTimeout(v); ok {
-			c.lockTimeout = d
+		set(name, v)
+	case strings.EqualFold(w, "select"):
+		// SELECT set_config('lock_timeout', '300ms', false)
+		r := strings.TrimSpace(rest)
+		r = strings.TrimPrefix(r, "pg_catalog.")
+		if len(r) < 11 || !strings.EqualFold(r[:10], "set_config") {
+			return
 		}
+		open, closing, ok := callArgs(r, 10)
+		if !ok {
+			return
+		}
+		parts := strings.Split(r[open+1:closing], ",")
+		if len(parts) != 3 || !strings.EqualFold(strings.TrimSpace(parts[2]), "false") {
+			return
+		}
+		name := strings.TrimSpace(parts[0])
+		if len(name) < 2 || name[0] != '\'' || name[len(name)-1] != '\'' {
+			return
+		}
+		set(name[1:len(name)-1], strings.TrimSpace(parts[1]))
 	}
-}
-
-// startupLockTimeout is lock_timeout from the connection's startup
-// parameters (0: none).
-func startupLockTimeout(pc *pgconn.Config) time.Duration {
-	if pc == nil {
-		return 0
-	}
-	d, _ := parseLockTimeout(pc.RuntimeParams["lock_timeout"])
-	return d
 }
 
 // parseLockTimeout reads a lock_timeout value as PostgreSQL does: a number
@@ -1182,9 +1281,14 @@ func dialHolder(ctx context.Context, cfg *pgconn.Config) (*holderConn, error) {
 		pc.Close(ctx)
 		return nil, err
 	}
-	h := &holderConn{nc: hj.Conn, fe: hj.Frontend, results: make(chan holderReply, 4), dead: make(chan struct{}), status: hj.TxStatus}
+	return newHolderConn(hj.Conn, hj.Frontend, hj.TxStatus), nil
+}
+
+// newHolderConn starts the reader of a holder connection past its start-up.
+func newHolderConn(nc net.Conn, fe *pgproto3.Frontend, status byte) *holderConn {
+	h := &holderConn{nc: nc, fe: fe, results: make(chan holderReply, 4), dead: make(chan struct{}), status: status}
 	go h.read()
-	return h, nil
+	return h
 }
 
 // read receives the server's messages until the connection ends. It reads

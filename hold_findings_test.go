@@ -318,6 +318,84 @@ func TestIntegrationHoldFinding5MixedModes(t *testing.T) {
 	wantLocks(t, c)
 }
 
+// Finding 6: the timeouts the server would apply end a held lock's wait
+// with the server's own SQLSTATE: lock_timeout from set_config and from
+// ALTER ROLE … IN DATABASE (read from the holder's session), and
+// statement_timeout from SET.
+func TestIntegrationHoldFinding6Timeouts(t *testing.T) {
+	c, cfg := holdTest(t)
+	other := directConn(t, c)
+	ctx := t.Context()
+	const k = 9261
+	if !tryLock(t, other, k) {
+		t.Fatal("setup lock")
+	}
+	defer unlock(t, other, k)
+	const bound = 300 * time.Millisecond
+	check := func(a *pgx.Conn, want string) {
+		t.Helper()
+		start := time.Now()
+		_, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k)
+		took := time.Since(start)
+		var pe interface{ SQLState() string }
+		if !errors.As(err, &pe) || pe.SQLState() != want {
+			t.Fatalf("lock of a taken key: %v, want SQLSTATE %s", err, want)
+		}
+		if took < bound || took > bound+2*time.Second {
+			t.Fatalf("the wait ended after %v; want at the timeout %v plus a small bound", took, bound)
+		}
+	}
+	a := connectT(t, cfg)
+	if _, err := a.Exec(ctx, "SELECT set_config('lock_timeout', '300ms', false)"); err != nil {
+		t.Fatal(err)
+	}
+	check(a, "55P03")
+	b := connectT(t, cfg)
+	if _, err := b.Exec(ctx, "SET statement_timeout = '300ms'"); err != nil {
+		t.Fatal(err)
+	}
+	check(b, "57014")
+	su, err := pgx.Connect(ctx, c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(context.Background())
+	dcfg, err := pgx.ParseConfig(c.DirectDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alter := func(v string) {
+		t.Helper()
+		if _, err := su.Exec(ctx, fmt.Sprintf("ALTER ROLE %s IN DATABASE %s SET lock_timeout = %s", pgx.Identifier{c.AppUser()}.Sanitize(), pgx.Identifier{dcfg.Database}.Sanitize(), v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alter("'300ms'")
+	defer alter("DEFAULT")
+	// A role's defaults reach new sessions: the pooler's server connections
+	// opened after the ALTER.
+	acfg, err := pgx.ParseConfig(c.AdminDSN(pgbouncer.Transaction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	admin, err := pgx.ConnectConfig(ctx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "RECONNECT"); err != nil {
+		t.Fatal(err)
+	}
+	// A new configuration: its holders connect after the ALTER.
+	cfg2, err := pgadvisory.ParseConfig(holdDSN(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropIdleHolders(t, cfg2)
+	check(connectT(t, cfg2), "55P03")
+}
+
 // Finding 7: loss is sticky (TestIntegrationHoldLost), and database/sql
 // discards the connection.
 func TestIntegrationHoldFinding7LostDiscarded(t *testing.T) {
@@ -543,4 +621,31 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 	}
 	pgadvisory.CloseIdleHolders(conn.Conn())
 	conn.Release()
+}
+
+// TestIntegrationHoldPoolerDropsVanishedHolder checks what the holder's
+// design leans on: a client that vanishes inside a transaction holding a
+// session-level lock makes PgBouncer close that server connection, so the
+// server frees the lock instead of passing the backend to another client.
+func TestIntegrationHoldPoolerDropsVanishedHolder(t *testing.T) {
+	c, _ := holdTest(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, c.WideDSN(pgbouncer.Transaction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const k = 9321
+	if _, err := conn.Exec(ctx, "BEGIN; SELECT pg_advisory_lock(9321)", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	conn.PgConn().Conn().Close() // gone, no Terminate, inside the transaction
+	deadline := time.Now().Add(5 * time.Second)
+	for len(serverLocks(t, c)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock of a vanished client's transaction is still held: %v", serverLocks(t, c))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

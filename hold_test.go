@@ -153,24 +153,41 @@ func TestParseLockTimeout(t *testing.T) {
 }
 
 func TestTrackLockTimeout(t *testing.T) {
-	c := &guardConn{}
+	c := &guardConn{predicted: 'I'}
 	for _, tc := range []struct {
 		stmt string
-		want time.Duration
+		want holdTimeouts
 	}{
-		{"SET lock_timeout = '1s'", time.Second},
-		{"set session lock_timeout to 200", 200 * time.Millisecond},
-		{"SET LOCAL lock_timeout = '5s'", 200 * time.Millisecond}, // ends with its transaction
-		{"SET statement_timeout = '9s'", 200 * time.Millisecond},
-		{"RESET lock_timeout", 0},
-		{"SET lock_timeout TO '3s';", 3 * time.Second},
-		{"SET lock_timeout TO DEFAULT", 0},
-		{"SET lock_timeout = '4s'", 4 * time.Second},
-		{"RESET ALL", 0},
+		{"SET lock_timeout = '1s'", holdTimeouts{lock: time.Second, lockSet: true}},
+		{"set session lock_timeout to 200", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true}},
+		{"SET LOCAL lock_timeout = '5s'", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true}}, // ends with its transaction
+		{"SET statement_timeout = '9s'", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true, stmt: 9 * time.Second, stmtSet: true}},
+		{"RESET lock_timeout", holdTimeouts{stmt: 9 * time.Second, stmtSet: true}},
+		{"SET lock_timeout TO '3s';", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 9 * time.Second, stmtSet: true}},
+		{"SET statement_timeout TO DEFAULT", holdTimeouts{lock: 3 * time.Second, lockSet: true}},
+		{"SELECT set_config('statement_timeout', '300ms', false)", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}},
+		{"SELECT set_config('lock_timeout', '1s', true)", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}}, // local
+		{"SET lock_timeout = 0", holdTimeouts{lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}},
+		{"RESET ALL", holdTimeouts{}},
 	} {
 		c.trackLockTimeout(tc.stmt)
-		if c.lockTimeout != tc.want {
-			t.Fatalf("after %q: %v, want %v", tc.stmt, c.lockTimeout, tc.want)
+		if c.timeouts != tc.want {
+			t.Fatalf("after %q: %+v, want %+v", tc.stmt, c.timeouts, tc.want)
+		}
+	}
+	// A SET in a transaction is undone by its ROLLBACK, kept by COMMIT.
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		c = &guardConn{predicted: 'I'}
+		c.trackLockTimeout("SET lock_timeout = '1s'")
+		c.predicted = 'T'
+		c.trackLockTimeout("SET lock_timeout = '2s'")
+		c.trackLockTimeout(end)
+		want := 2 * time.Second
+		if end == "ROLLBACK" {
+			want = time.Second
+		}
+		if c.timeouts.lock != want || c.timeouts.before != nil {
+			t.Fatalf("after %s: %+v, want lock_timeout %v", end, c.timeouts, want)
 		}
 	}
 }

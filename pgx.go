@@ -199,9 +199,6 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
 		gc.pc = pc
-		if g.holdEnabled() {
-			gc.lockTimeout = startupLockTimeout(pc)
-		}
 		return gc, nil
 	}
 	prevAfter := cfg.AfterConnect

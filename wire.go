@@ -149,7 +149,7 @@ type guardConn struct {
 	unnamedHoldStandIn bool                          // the unnamed statement is a described stand-in
 	holdAlone          bool                          // the message being examined is alone in its unit, nothing before it unanswered
 	xact               xactLocks                     // transaction-level locks of the open transaction (self-conflicts)
-	lockTimeout        time.Duration                 // the session's lock_timeout, as far as the guard saw it
+	timeouts           holdTimeouts                  // the session's lock_timeout and statement_timeout, as far as the guard saw them
 	holdNotices        []localReply                  // WARNINGs to show before ReadyForQuery number after
 	holdCancel         func()                        // ends a hold's wait
 	holdTimer          *time.Timer
