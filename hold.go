@@ -675,7 +675,7 @@ func (c *guardConn) holdFailure(p *holdPlan, ok bool, err error) (holdResult, er
 }
 
 var (
-	errHoldCanceled    = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	errHoldCanceled         = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	errHoldLockTimeout      = errors.New("lock_timeout")
 	errHoldStatementTimeout = errors.New("statement_timeout")
 )
