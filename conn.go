@@ -343,12 +343,17 @@ func (c *Conn) IsValid() bool {
 
 // ResetSession runs when database/sql reuses the connection. It delegates to
 // the inner connection first (pgx discards a connection returned inside a
-// transaction). Then, only when a session-level lock function ran on this
-// connection since the last reset (direct and session mode), it asks
-// pg_locks whether this backend still holds advisory locks: if so it
-// reports a *LeakedLockError (error hook and slog) and releases them with
-// pg_advisory_unlock_all() or discards the connection, per WithLeakAction.
-// Connections that never took a session lock pay no round trip.
+// transaction). A session-level lock taken through the pool belongs to the
+// driver connection until it is unlocked or the connection closes, as on
+// PostgreSQL: code that locks, works and unlocks through db.Exec gets the
+// same connection back and keeps its lock, as with plain pgx (releasing it
+// here would let another process into the critical section before the
+// unlock). The first time a connection comes back holding advisory locks
+// (directly or behind session pooling) a warning is logged once per
+// connector, since the pool may hand it to another goroutine; only
+// WithLeakAction(LeakDiscard) still closes such a connection (reporting a
+// *LeakedLockError). Connections that never took a session lock pay no
+// round trip, nor do any once the warning was given.
 func (c *Conn) ResetSession(ctx context.Context) error {
 	if c.resetter != nil {
 		if err := c.resetter.ResetSession(ctx); err != nil {
@@ -364,7 +369,27 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 	if !locked || !c.PoolMode().SessionLocksSafe() || c.c.cfg.leakAction == LeakKeep {
 		return nil
 	}
-	return c.guard(ctx)
+	if c.c.cfg.leakAction == LeakDiscard {
+		return c.guard(ctx)
+	}
+	c.warnSessionLockKept(ctx)
+	return nil
+}
+
+// warnSessionLockKept logs, once per connector, that a connection came back
+// to the pool holding session-level advisory locks, which it keeps.
+func (c *Conn) warnSessionLockKept(ctx context.Context) {
+	if c.c.warnedKept.Load() || c.pgx == nil {
+		return
+	}
+	keys, err := heldKeys(ctx, c.pgx.PgConn())
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	if c.c.warnedKept.CompareAndSwap(false, true) {
+		c.c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per connector)",
+			slog.Int("locks", len(keys)), slog.String("pool_mode", c.PoolMode().String()))
+	}
 }
 
 func (c *Conn) guard(ctx context.Context) error {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -72,6 +73,10 @@ type Connector struct {
 	g     *guard
 
 	pgxConfig *pgx.ConnConfig // pgx-built connectors only
+
+	// warnedKept: the "session lock kept on a pooled connection" line was
+	// logged.
+	warnedKept atomic.Bool
 
 	mu       sync.Mutex
 	known    bool

@@ -40,7 +40,14 @@ func holdTest(t *testing.T, kv ...string) (*pgbouncer.Cluster, *pgx.ConnConfig) 
 // the end of the test.
 func openHoldDB(t *testing.T, c *pgbouncer.Cluster) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgadvisory", holdDSN(t, c))
+	return openGuardedDB(t, holdDSN(t, c))
+}
+
+// openGuardedDB opens a pgadvisory *sql.DB on dsn whose idle holders, if
+// any, are closed at the end of the test.
+func openGuardedDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgadvisory", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,10 +474,22 @@ func TestIntegrationHoldFinding8LockFirstInTransaction(t *testing.T) {
 }
 
 // Finding 9: *sql.DB lock → work → unlock (GORM's db.Exec) from two
-// "processes" (two *sql.DB) × 15: 0 overlaps under hold behind transaction
-// pooling, and every unlock returns true.
+// "processes" (two *sql.DB) × 15: 0 overlaps directly, through session
+// pooling and under hold behind transaction pooling, and every unlock
+// returns true (plain pgx directly: 0 overlaps, the pool hands the same
+// session back).
 func TestIntegrationHoldFinding9PoolReturn(t *testing.T) {
 	c, _ := holdTest(t)
+	for _, tc := range []struct{ name, dsn string }{
+		{"direct", c.DirectDSN()},
+		{"session pooling", withParams(t, c.WideDSN(pgbouncer.Session), "pgadvisory_pool_mode", "session")},
+		{"hold, transaction pooling", holdDSN(t, c)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { poolReturn(t, c, tc.dsn) })
+	}
+}
+
+func poolReturn(t *testing.T, c *pgbouncer.Cluster, dsn string) {
 	ctx := t.Context()
 	const (
 		table  = "hold_pool_witness"
@@ -490,7 +509,7 @@ func TestIntegrationHoldFinding9PoolReturn(t *testing.T) {
 	var overlaps atomic.Int64
 	var wg sync.WaitGroup
 	for id := 1; id <= 2; id++ {
-		db := openHoldDB(t, c)
+		db := openGuardedDB(t, dsn)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -521,7 +540,7 @@ func TestIntegrationHoldFinding9PoolReturn(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("2 processes × %d critical sections through *sql.DB under hold: %d overlaps", rounds, overlaps.Load())
+	t.Logf("2 processes × %d critical sections through *sql.DB: %d overlaps", rounds, overlaps.Load())
 	if overlaps.Load() != 0 {
 		t.Fatalf("%d overlapping critical sections", overlaps.Load())
 	}
