@@ -3,6 +3,7 @@ package pgadvisory
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // errZeroConnector is Connect on a Connector not built by NewConnector,
@@ -68,6 +69,32 @@ func (e *PoolHooksError) Error() string {
 	}
 	return "pgadvisory: pgxpool.Config." + which + " set after pgadvisory.ConfigurePool (or ParsePoolConfig), replacing the guard's hook that releases held session locks on Release; set it on the config before calling ConfigurePool, which chains it"
 }
+
+// HoldPoolError reports that a session lock could not be held because the
+// pooler had no server connection for the holder: PgBouncer gave up with
+// query_wait_timeout. Every key held under policy hold pins one server
+// connection of the pool for as long as it is held, besides the ones the
+// clients' own statements need.
+type HoldPoolError struct {
+	// Func is the lock function, Key the lock's key.
+	Func, Key string
+	// Held are the keys this connection held at the time.
+	Held []string
+	// Err is the pooler's error.
+	Err error
+}
+
+func (e *HoldPoolError) Error() string {
+	held := "none"
+	if len(e.Held) > 0 {
+		held = strings.Join(e.Held, ", ")
+	}
+	return fmt.Sprintf("pgadvisory: %s%s could not be held: the pooler had no free server connection for the holder (%v); each key held pins one server connection of the pool (this connection holds %d: %s): raise the pool's pool_size above the keys held at once plus the clients' own connections, or hold fewer keys (WithHoldLimits)",
+		e.Func, e.Key, e.Err, len(e.Held), held)
+}
+
+// Unwrap returns ErrHoldFailed and the pooler's error.
+func (e *HoldPoolError) Unwrap() []error { return []error{ErrHoldFailed, e.Err} }
 
 // statementTimeoutError is a held lock's wait past the session's
 // statement_timeout: the client reads PostgreSQL's own error (SQLSTATE

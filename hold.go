@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -641,7 +642,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 		if ctx.Err() != nil {
 			return holdResult{}, errHoldCanceled // as a wait that ends while polling
 		}
-		return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
+		return c.holdFailure(p, false, err)
 	}
 	ok, err := c.pollLock(ctx, h, p, true)
 	if err != nil || !ok {
@@ -670,8 +671,30 @@ func (c *guardConn) holdFailure(p *holdPlan, ok bool, err error) (holdResult, er
 		return holdResult{err: lockTimeoutError{}}, nil
 	case errors.Is(err, errHoldStatementTimeout):
 		return holdResult{err: statementTimeoutError{}}, nil
+	case poolerQueueTimeout(err):
+		return holdResult{err: &HoldPoolError{Func: p.call.Func, Key: p.key.String(), Held: c.heldKeyNames(), Err: err}}, nil
 	}
 	return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
+}
+
+// poolerQueueTimeout reports whether err is PgBouncer giving up on finding
+// a server connection for a client (query_wait_timeout).
+func poolerQueueTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.Contains(pe.Message, "query_wait_timeout")
+}
+
+// heldKeyNames lists the keys the connection holds. c.wmu held.
+func (c *guardConn) heldKeyNames() []string {
+	if c.holds == nil {
+		return nil
+	}
+	names := make([]string, 0, len(c.holds.keys))
+	for k := range c.holds.keys {
+		names = append(names, k.String())
+	}
+	slices.Sort(names)
+	return names
 }
 
 var (

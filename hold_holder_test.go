@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgadvisory/pgadvisory/internal/goleak"
+	"github.com/pgadvisory/pgadvisory/lockscan"
 )
 
 // holderPipe is a holder connection whose server is a script: for the
@@ -100,4 +102,32 @@ func TestHolderStrictReplies(t *testing.T) {
 			t.Fatal("a holder in an unknown state was kept")
 		}
 	})
+}
+
+// TestHoldPoolError: PgBouncer's query_wait_timeout for a holder becomes a
+// *HoldPoolError naming pool_size and the keys held (finding 2).
+func TestHoldPoolError(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	client, server := net.Pipe()
+	h := newHolderConn(client, pgproto3.NewFrontend(client, client), 'I')
+	go func() {
+		be := pgproto3.NewBackend(server, server)
+		if _, err := be.Receive(); err == nil {
+			be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "08P01", Message: "query_wait_timeout"})
+			be.Flush()
+		}
+		server.Close() // PgBouncer closes the client after the error
+	}()
+	defer h.close()
+	_, err := h.query(t.Context(), "BEGIN; SELECT pg_catalog.pg_try_advisory_lock(2)")
+	c := &guardConn{holds: &heldLocks{keys: map[holdKey]*heldLock{{a: 1}: {}}}}
+	res, werr := c.holdFailure(&holdPlan{call: lockscan.Call{Func: "pg_advisory_lock"}, key: holdKey{a: 2}}, false, err)
+	var pe *HoldPoolError
+	if werr != nil || !errors.As(res.err, &pe) || len(pe.Held) != 1 || pe.Held[0] != "(1)" || !errors.Is(res.err, ErrHoldFailed) {
+		t.Fatalf("%v, %v: want a *HoldPoolError holding (1)", res.err, werr)
+	}
+	if msg := pe.Error(); !strings.Contains(msg, "pool_size") || !strings.Contains(msg, "(1)") {
+		t.Fatalf("message does not name pool_size and the keys held: %s", msg)
+	}
 }
