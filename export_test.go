@@ -14,5 +14,7 @@ func AdminProbes(conn *pgx.Conn) int {
 // CloseIdleHolders closes the idle holder connections of the guard of
 // conn's configuration (policy hold), so that a test ends without them.
 func CloseIdleHolders(conn *pgx.Conn) {
-	guardOf(conn).g.holders.closeIdle()
+	if gc := guardOf(conn); gc != nil {
+		gc.g.holders.closeIdle()
+	}
 }
