@@ -1,12 +1,19 @@
 package pgadvisory_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -667,4 +674,68 @@ func TestIntegrationHoldPoolerDropsVanishedHolder(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestIntegrationHoldLeaderKill9: leader election under hold with kill -9.
+// A leader process holds a session lock through PgBouncer transaction
+// pooling; a follower waits for it; SIGKILL of the leader hands the lock
+// over (its holder connection dies with it, PgBouncer closes that server
+// connection, the server frees the lock), and never to two leaders.
+func TestIntegrationHoldLeaderKill9(t *testing.T) {
+	c, cfg := holdTest(t)
+	bin := filepath.Join(t.TempDir(), "holdleader")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/holdleader")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("build the leader: %v", err)
+	}
+	const k = 9331
+	leader := exec.Command(bin, holdDSN(t, c), strconv.Itoa(k))
+	leader.Stderr = os.Stderr
+	out, err := leader.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.StdinPipe(); err != nil { // kept open: the leader holds until it closes
+		t.Fatal(err)
+	}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.Process.Kill(); _ = leader.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "leader" {
+		t.Fatalf("the leader did not report its lock: %q, %v", line, err)
+	}
+	follower := connectT(t, cfg)
+	if tryLock(t, follower, k) {
+		t.Fatal("two leaders: the follower took the leader's key")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := follower.Exec(context.Background(), "SELECT pg_advisory_lock($1)", k)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the follower became leader while the leader lived: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	killed := time.Now()
+	if err := leader.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the follower's lock: %v", err)
+		}
+		t.Logf("takeover %v after kill -9 of the leader", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no takeover 10 s after kill -9 of the leader")
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k)) // one leader: the follower
+	if !unlock(t, follower, k) {
+		t.Fatal("the new leader's unlock")
+	}
+	wantLocks(t, c)
 }
