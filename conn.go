@@ -295,7 +295,12 @@ func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 }
 
 // Close closes the inner connection.
-func (c *Conn) Close() error { return c.inner.Close() }
+func (c *Conn) Close() error {
+	if c == nil || c.inner == nil {
+		return errZeroConn
+	}
+	return c.inner.Close()
+}
 
 // CheckNamedValue delegates to the inner connection, so pgx arrays and
 // pgtype values bind as with pgx's stdlib; driver.ErrSkip (default
@@ -316,11 +321,19 @@ func (c *Conn) Ping(ctx context.Context) error {
 }
 
 // IsValid delegates to the inner connection (true when it cannot tell).
-// database/sql calls it when the connection goes back to the pool: session
-// locks the guard holds for it (PolicyHold) are released then.
+// database/sql calls it when the connection goes back to the pool. Session
+// locks the guard holds for it (PolicyHold) stay held, as a session's locks
+// stay with its connection until it closes; a connection whose held lock
+// was lost is not valid (database/sql closes it).
 func (c *Conn) IsValid() bool {
+	if c.inner == nil {
+		return false
+	}
 	if c.gc != nil {
-		c.gc.resetHolds()
+		if c.gc.holdLost() {
+			return false
+		}
+		c.gc.warnPooledHold(context.Background())
 	}
 	if c.validator == nil {
 		return true
@@ -330,12 +343,17 @@ func (c *Conn) IsValid() bool {
 
 // ResetSession runs when database/sql reuses the connection. It delegates to
 // the inner connection first (pgx discards a connection returned inside a
-// transaction). Then, only when a session-level lock function ran on this
-// connection since the last reset (direct and session mode), it asks
-// pg_locks whether this backend still holds advisory locks: if so it
-// reports a *LeakedLockError (error hook and slog) and releases them with
-// pg_advisory_unlock_all() or discards the connection, per WithLeakAction.
-// Connections that never took a session lock pay no round trip.
+// transaction). A session-level lock taken through the pool belongs to the
+// driver connection until it is unlocked or the connection closes, as on
+// PostgreSQL: code that locks, works and unlocks through db.Exec gets the
+// same connection back and keeps its lock, as with plain pgx (releasing it
+// here would let another process into the critical section before the
+// unlock). The first time a connection comes back holding advisory locks
+// (directly or behind session pooling) a warning is logged once per
+// connector, since the pool may hand it to another goroutine; only
+// WithLeakAction(LeakDiscard) still closes such a connection (reporting a
+// *LeakedLockError). Connections that never took a session lock pay no
+// round trip, nor do any once the warning was given.
 func (c *Conn) ResetSession(ctx context.Context) error {
 	if c.resetter != nil {
 		if err := c.resetter.ResetSession(ctx); err != nil {
@@ -343,9 +361,6 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 		}
 	}
 	c.inTx, c.txRewrote = false, false
-	if c.gc != nil {
-		c.gc.resetHolds()
-	}
 	locked := c.sessionLocked
 	c.sessionLocked = false
 	if c.gc != nil {
@@ -354,7 +369,27 @@ func (c *Conn) ResetSession(ctx context.Context) error {
 	if !locked || !c.PoolMode().SessionLocksSafe() || c.c.cfg.leakAction == LeakKeep {
 		return nil
 	}
-	return c.guard(ctx)
+	if c.c.cfg.leakAction == LeakDiscard {
+		return c.guard(ctx)
+	}
+	c.warnSessionLockKept(ctx)
+	return nil
+}
+
+// warnSessionLockKept logs, once per connector, that a connection came back
+// to the pool holding session-level advisory locks, which it keeps.
+func (c *Conn) warnSessionLockKept(ctx context.Context) {
+	if c.c.warnedKept.Load() || c.pgx == nil {
+		return
+	}
+	keys, err := heldKeys(ctx, c.pgx.PgConn())
+	if err != nil || len(keys) == 0 {
+		return
+	}
+	if c.c.warnedKept.CompareAndSwap(false, true) {
+		c.c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per connector)",
+			slog.Int("locks", len(keys)), slog.String("pool_mode", c.PoolMode().String()))
+	}
 }
 
 func (c *Conn) guard(ctx context.Context) error {

@@ -252,6 +252,14 @@ func TestResetSessionGuard(t *testing.T) {
 			if _, err := db.ExecContext(ctx, "SELECT 3"); err != nil { // reuse → ResetSession → guard
 				t.Fatal(err)
 			}
+			if action == LeakRelease {
+				// The default: the lock stays with the connection, as on
+				// PostgreSQL (the code's own unlock comes through the pool).
+				if slices.Contains(first.Sent(), "exec:SELECT pg_catalog.pg_advisory_unlock_all()") || first.closed || len(hooked) != 0 {
+					t.Fatalf("a session lock taken through the pool was released or discarded: %q, closed %v, hook %v", first.Sent(), first.closed, hooked)
+				}
+				return
+			}
 			if !slices.Contains(first.Sent(), "query:"+heldLocksQuery) {
 				t.Fatalf("pg_locks not asked after a session lock: %q", first.Sent())
 			}

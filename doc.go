@@ -45,11 +45,12 @@
 // allocation. Otherwise the policy for the connection's pool mode applies:
 //
 //   - Direct and session mode: lock calls pass. The connection remembers
-//     that a session-level lock function ran; when it goes back to its pool
-//     (pgxpool's AfterRelease with ConfigurePool, database/sql's
-//     ResetSession), pg_locks is asked whether the backend still holds
-//     advisory locks, which are reported (WithErrorHook, slog) and released,
-//     or the connection discarded (WithLeakAction).
+//     that a session-level lock function ran; when pgxpool hands it out
+//     again (PrepareConn with ConfigurePool), pg_locks is asked whether the
+//     backend still holds advisory locks, which are reported (WithErrorHook,
+//     slog) and released, or the connection discarded (WithLeakAction).
+//     database/sql keeps them with the connection, as a session does, and
+//     warns once (LeakDiscard still discards it).
 //   - Transaction and statement mode, session-level call (lock, try-lock,
 //     unlock, unlock_all, or the function named outside a call): policy
 //     reject (default) refuses it. The refused message is replaced by a text

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -72,6 +73,10 @@ type Connector struct {
 	g     *guard
 
 	pgxConfig *pgx.ConnConfig // pgx-built connectors only
+
+	// warnedKept: the "session lock kept on a pooled connection" line was
+	// logged.
+	warnedKept atomic.Bool
 
 	mu       sync.Mutex
 	known    bool
@@ -181,6 +186,9 @@ func (c *Connector) remember(m poolmode.Mode, ev poolmode.Evidence) {
 // detected once (one simple-protocol round trip on a pgx connection) and
 // reused.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c == nil || c.inner == nil || c.g == nil {
+		return nil, errZeroConnector
+	}
 	inner, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
@@ -237,6 +245,9 @@ func (c *Connector) Driver() driver.Driver { return &Driver{} }
 // Close closes the inner connector when it is an io.Closer; database/sql
 // calls it from (*sql.DB).Close.
 func (c *Connector) Close() error {
+	if c == nil {
+		return nil
+	}
 	if cl, ok := c.inner.(io.Closer); ok {
 		return cl.Close()
 	}

@@ -10,3 +10,11 @@ func AdminProbes(conn *pgx.Conn) int {
 	defer gc.g.admin.mu.Unlock()
 	return gc.g.admin.probes
 }
+
+// CloseIdleHolders closes the idle holder connections of the guard of
+// conn's configuration (policy hold), so that a test ends without them.
+func CloseIdleHolders(conn *pgx.Conn) {
+	if gc := guardOf(conn); gc != nil {
+		gc.g.holders.closeIdle()
+	}
+}

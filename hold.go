@@ -2,11 +2,14 @@ package pgadvisory
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,13 +31,17 @@ import (
 // pg_advisory_unlock($1), pg_advisory_unlock_all(), the shared and two-key
 // forms — is not sent as written. The guard keeps the lock for the client
 // connection on a holder: a server connection of its own, through the same
-// pooler, in an open transaction that took the transaction-level twin of the
-// lock (pg_try_advisory_xact_lock). One holder per key, so that keys are
-// released in any order; the holder's transaction ends (ROLLBACK) when the
-// client unlocks the key, closes its connection, or the connection is reset
-// by its pool.
+// pooler, in an open transaction (which pins its server backend) that took
+// the session-level lock itself (pg_try_advisory_lock[_shared]), so that the
+// server counts modes as it does for the client's session: an unlock of one
+// mode is pg_advisory_unlock[_shared] on the holder. One holder per key, so
+// that keys are released in any order; the holder ends with
+// pg_advisory_unlock_all() and ROLLBACK when the client unlocks the key's
+// last mode or closes its connection. A holder whose state is not known is
+// closed inside its transaction: the pooler then closes its server
+// connection, and the server releases what that session held.
 //
-// A lock that must wait is retried with pg_try_advisory_xact_lock in a new
+// A lock that must wait is retried with pg_try_advisory_lock in a new
 // transaction each time, with a growing pause (holdPollMin…holdPollMax), so
 // that a waiter never pins a server connection of the pooler while it waits:
 // with pool_size=2, one holder and the owner's work fit, and any number of
@@ -48,8 +55,7 @@ import (
 const (
 	holdPollMin         = 2 * time.Millisecond
 	holdPollMax         = 100 * time.Millisecond
-	holderQueryTimeout  = 30 * time.Second
-	holderReleaseWait   = 5 * time.Second
+	holderReleaseWait   = 5 * time.Second // a release no caller waits for (Close, reset)
 	holderIdleTimeout   = 30 * time.Second
 	maxIdleHolders      = 4
 	DefaultHoldPerConn  = 8  // keys one client connection may hold (WithHoldLimits)
@@ -73,11 +79,14 @@ func (k holdKey) sql() string {
 
 func (k holdKey) String() string { return "(" + k.sql() + ")" }
 
-// holdArg is one argument of a lone lock call: an integer literal or a
-// parameter.
+// holdArg is one argument of a lone lock call: an integer literal, NULL or
+// a parameter, with the integer type it is cast to, if any.
 type holdArg struct {
-	param int // $n, or 0 for a literal
-	lit   string
+	param int    // $n, or 0 for a literal
+	lit   string // the literal's digits ("" for NULL)
+	null  bool   // the literal NULL
+	cast  string // "int8", "int4" or "" (none)
+	raw   string // the argument as written
 }
 
 // holdPlan is a lone lock call the guard holds: what to do, and the
@@ -95,7 +104,7 @@ type holdPlan struct {
 	// takenInTx: an unlock of a key a rewrite took in this transaction
 	// (true, as under PolicyRewrite).
 	takenInTx bool
-	timeout   time.Duration // the session's lock_timeout (0: none)
+	timeouts  holdTimeouts // the session's lock_timeout and statement_timeout, as seen
 }
 
 // holdShape reads text as SELECT <call>(<args>) [AS alias] [;] and returns
@@ -217,13 +226,17 @@ func trimParens(a string) string {
 }
 
 // parseHoldArg reads one argument: an integer literal (optionally quoted, as
-// pgx's simple protocol sends strings), or $n, each optionally in
+// pgx's simple protocol sends strings), NULL, or $n, each optionally in
 // parentheses and cast to an integer type.
 func parseHoldArg(a string) (holdArg, bool) {
+	arg := holdArg{raw: a}
 	a = trimParens(a)
 	if k := strings.Index(a, "::"); k >= 0 {
 		switch strings.ToLower(strings.TrimSpace(a[k+2:])) {
-		case "int8", "bigint", "int4", "integer", "int":
+		case "int8", "bigint":
+			arg.cast = "int8"
+		case "int4", "integer", "int":
+			arg.cast = "int4"
 		default:
 			return holdArg{}, false
 		}
@@ -234,7 +247,12 @@ func parseHoldArg(a string) (holdArg, bool) {
 		if err != nil || n < 1 {
 			return holdArg{}, false
 		}
-		return holdArg{param: n}, true
+		arg.param = n
+		return arg, true
+	}
+	if strings.EqualFold(a, "null") {
+		arg.null = true
+		return arg, true
 	}
 	if len(a) > 2 && a[0] == '\'' && a[len(a)-1] == '\'' {
 		a = strings.TrimSpace(a[1 : len(a)-1])
@@ -242,72 +260,126 @@ func parseHoldArg(a string) (holdArg, bool) {
 	if _, err := strconv.ParseInt(a, 10, 64); err != nil {
 		return holdArg{}, false
 	}
-	return holdArg{lit: a}, true
+	arg.lit = a
+	return arg, true
 }
 
-// holdKeyOf resolves the arguments of a lock call to its key.
-func holdKeyOf(args []holdArg, bind *bindMsg) (holdKey, bool) {
+// keyStatus is what the hold can tell of a lock call's key.
+type keyStatus int
+
+const (
+	keyOK   keyStatus = iota // a key the server reads as the hold does
+	keyNull                  // the server answers NULL and takes nothing
+	keyBad                   // the server fails the call (22003, 42883, ...)
+)
+
+// holdKeyOf resolves the arguments of a lock call to its key, as
+// PostgreSQL resolves them: pg_advisory_lock(bigint) and
+// pg_advisory_lock(int, int), the argument types from their casts, the
+// Parse's parameter types (paramTypes: the rest of its body) and the
+// literals' own types, strict (a NULL argument gives NULL).
+func holdKeyOf(args []holdArg, bind *bindMsg, paramTypes []byte) (holdKey, keyStatus) {
+	if len(args) != 1 && len(args) != 2 {
+		return holdKey{}, keyBad
+	}
+	pair := len(args) == 2
+	st := keyOK
 	vals := make([]int64, len(args))
 	for i, a := range args {
-		s := a.lit
-		if a.param > 0 {
-			v, ok := bind.param(a.param)
-			if !ok {
-				return holdKey{}, false
+		// The type the server gives the argument before the call.
+		typ := a.cast
+		if typ == "" {
+			switch {
+			case a.param > 0:
+				switch paramOID(paramTypes, a.param) {
+				case 0, 21, 23: // unspecified (the function's type), int2, int4
+				case 20:
+					typ = "int8"
+				default:
+					return holdKey{}, keyBad // no implicit cast to an integer
+				}
+			case a.lit != "":
+				if n, _ := strconv.ParseInt(a.lit, 10, 64); n < -1<<31 || n >= 1<<31 {
+					typ = "int8" // an integer literal past int4 is a bigint
+				}
 			}
-			s = strings.TrimSpace(v)
 		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return holdKey{}, false
+		if pair && typ == "int8" {
+			return holdKey{}, keyBad // pg_advisory_lock(bigint, bigint) does not exist
+		}
+		if a.null {
+			st = keyNull
+			continue
+		}
+		v := a.lit
+		if a.param > 0 {
+			p, ok := bind.param(a.param)
+			if !ok {
+				return holdKey{}, keyBad
+			}
+			if p == "NULL" && bind.values[a.param-1] == nil {
+				st = keyNull
+				continue
+			}
+			v = strings.TrimSpace(p)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || (typ == "int4" || pair) && (n < -1<<31 || n >= 1<<31) {
+			return holdKey{}, keyBad
 		}
 		vals[i] = n
 	}
-	switch len(vals) {
-	case 1:
-		return holdKey{a: vals[0]}, true
-	case 2:
-		for _, v := range vals {
-			if v < -1<<31 || v >= 1<<31 {
-				return holdKey{}, false
-			}
-		}
-		return holdKey{pair: true, a: vals[0], b: vals[1]}, true
+	if st != keyOK {
+		return holdKey{}, st
 	}
-	return holdKey{}, false
+	if pair {
+		return holdKey{pair: true, a: vals[0], b: vals[1]}, keyOK
+	}
+	return holdKey{a: vals[0]}, keyOK
+}
+
+// paramOID returns the type a Parse declares for parameter n (0: none).
+func paramOID(paramTypes []byte, n int) uint32 {
+	if len(paramTypes) < 2 {
+		return 0
+	}
+	count := int(binary.BigEndian.Uint16(paramTypes))
+	if n > count || len(paramTypes) < 2+4*n {
+		return 0
+	}
+	return binary.BigEndian.Uint32(paramTypes[2+4*(n-1):])
 }
 
 // standIn builds the statement sent instead of a held lock call: the same
-// parameters with the lock function's argument types, a result column of
-// the same name and type, and the answer (true or false; void for lock and
-// unlock_all). t is 'Q' or 'P' (paramTypes: the rest of the Parse body).
-func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer bool, paramTypes []byte) []byte {
-	typ := "int8"
-	if len(args) == 2 {
-		typ = "int4"
+// parameters, a result column of the same name and type, and the answer
+// (true or false; void for lock and unlock_all). The arguments, as written,
+// go through a function of the lock function's argument types, so that the
+// server resolves and evaluates them as it would for the call: a bad key
+// fails the same way and a NULL one gives NULL. check makes any non-NULL
+// answer an error: the stand-in of a call whose key the hold found bad or
+// NULL takes nothing and must not answer as if it had. t is 'Q' or 'P'
+// (paramTypes: the rest of the Parse body).
+func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer, check bool, paramTypes []byte) []byte {
+	key := "0"
+	switch len(args) {
+	case 1:
+		key = "pg_catalog.int8larger(" + args[0].raw + ", 0)"
+	case 2:
+		key = "pg_catalog.int4larger(" + args[0].raw + ", " + args[1].raw + ")"
 	}
-	var typed []string
-	for _, a := range args {
-		v := a.lit
-		if a.param > 0 {
-			v = "$" + strconv.Itoa(a.param)
-		}
-		typed = append(typed, "("+v+")::"+typ)
-	}
-	nulls := "0"
-	if len(typed) > 0 {
-		nulls = "pg_catalog.num_nulls(" + strings.Join(typed, ", ") + ")"
+	v := "0 * " + key
+	if check {
+		// integer out of range (22003), unless the key is NULL.
+		v = "(0 * (" + key + ")::int8 + 2147483648)::int4"
 	}
 	var expr string
-	switch call.Op {
-	case lockscan.OpLock, lockscan.OpUnlockAll:
-		expr = "pg_catalog.pg_sleep(0 * " + nulls + ")" // void, as the lock function
+	switch {
+	case call.Op == lockscan.OpLock || call.Op == lockscan.OpUnlockAll:
+		expr = "pg_catalog.pg_sleep(" + v + ")" // void, as the lock function
+	case answer:
+		expr = "(" + v + " = 0)"
 	default:
-		cmp := " >= 0)"
-		if !answer {
-			cmp = " < 0)"
-		}
-		expr = "(" + nulls + cmp
+		expr = "(" + v + " <> 0)"
 	}
 	if alias == "" {
 		alias = call.Func
@@ -325,7 +397,7 @@ func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer bo
 // the call does. ok is false for anything the guard does not hold. c.mu held.
 func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result) (p *holdPlan, describe []byte, ok bool) {
 	if c.mode != poolmode.Transaction || name != "" || len(r.Calls) != 1 || len(r.Dynamic) != 0 ||
-		c.predicted == 'E' || c.localAbort || c.reading != (lockscan.Settings{}) {
+		c.localAbort || c.reading != (lockscan.Settings{}) {
 		return nil, nil, false
 	}
 	call := r.Calls[0]
@@ -336,7 +408,12 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 	if !ok || (call.Op == lockscan.OpUnlockAll) != (len(args) == 0) {
 		return nil, nil, false
 	}
-	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeout: c.lockTimeout}
+	if c.predicted == 'E' || c.txStatus == 'E' && c.pendingBegin == "" {
+		// An aborted transaction: the server fails the stand-in (25P02),
+		// as it would the call, and nothing is held.
+		return nil, standIn(t, call, args, alias, true, true, paramTypes), true
+	}
+	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeouts: c.timeouts}
 	if t == 'P' {
 		p.unit = c.sent + 1
 		if bind == nil {
@@ -344,21 +421,150 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 			// nothing runs. The stand-in describes the same way; a later
 			// Bind of it without its Parse is refused (message, 'B').
 			c.unnamedHoldStandIn = true
-			return nil, standIn(t, call, args, alias, true, paramTypes), true
+			return nil, standIn(t, call, args, alias, true, false, paramTypes), true
 		}
 	}
 	if call.Op != lockscan.OpUnlockAll {
-		if p.key, ok = holdKeyOf(args, bind); !ok {
-			return nil, nil, false
+		var st keyStatus
+		if p.key, st = holdKeyOf(args, bind, paramTypes); st != keyOK {
+			// The server fails the call or answers NULL: its stand-in
+			// gives that answer, and nothing is held.
+			return nil, standIn(t, call, args, alias, true, true, paramTypes), true
 		}
 	}
 	if call.Op == lockscan.OpUnlock && c.predicted != 'I' {
 		k, ok := argKey(text, call, bind)
 		p.takenInTx = ok && c.taken[k] > 0
 	}
-	p.yes = standIn(t, call, args, alias, true, paramTypes)
-	p.no = standIn(t, call, args, alias, false, paramTypes)
+	p.yes = standIn(t, call, args, alias, true, false, paramTypes)
+	p.no = standIn(t, call, args, alias, false, false, paramTypes)
 	return p, nil, true
+}
+
+// aloneInUnit reports whether after — the messages written after a Parse —
+// are that statement's own Bind, Describe and Execute up to a Sync, and
+// nothing else: no other statement shares the unit.
+func aloneInUnit(after []byte) bool {
+	bound := false
+	for len(after) >= 5 {
+		n := int(binary.BigEndian.Uint32(after[1:]))
+		if n < 4 || 1+n > len(after) {
+			return false
+		}
+		switch after[0] {
+		case 'B':
+			if bound {
+				return false
+			}
+			bound = true
+		case 'D', 'E', 'H':
+		case 'S':
+			return bound
+		default:
+			return false
+		}
+		after = after[1+n:]
+	}
+	return false // no Sync in this write: the unit is not known whole
+}
+
+// selfConflict returns the error for a lock call among calls that would
+// reach the server as a transaction-level lock (scope is the scope to look
+// at) of a key this connection holds through a holder in a conflicting
+// mode, or whose key cannot be read while it holds any. c.wmu held.
+func (c *guardConn) selfConflict(text string, calls []lockscan.Call, scope lockscan.Scope, bind *bindMsg, paramTypes []byte) error {
+	if c.holds == nil || len(c.holds.keys) == 0 {
+		return nil
+	}
+	for _, call := range calls {
+		if call.Scope != scope || call.Op != lockscan.OpLock && call.Op != lockscan.OpTryLock {
+			continue
+		}
+		refuse := &HoldSelfLockError{Func: call.Func, Query: text, Position: call.Start + 1}
+		key, st, ok := callKey(text, call, bind, paramTypes)
+		switch {
+		case !ok:
+			return refuse
+		case st != keyOK:
+			continue // the server takes nothing
+		}
+		if hl := c.holds.keys[key]; hl != nil && (!call.Shared || hl.excl > 0) {
+			refuse.Key = key.String()
+			return refuse
+		}
+	}
+	return nil
+}
+
+// callKey reads the key of a lock call anywhere in text. ok is false when
+// its arguments are not integers, NULL or parameters.
+func callKey(text string, call lockscan.Call, bind *bindMsg, paramTypes []byte) (holdKey, keyStatus, bool) {
+	bounds, _, ok := holdArgBounds(text, call.End)
+	if !ok {
+		return holdKey{}, keyBad, false
+	}
+	var args []holdArg
+	for j := 0; j+1 < len(bounds); j++ {
+		arg, ok := parseHoldArg(strings.TrimSpace(text[bounds[j]+1 : bounds[j+1]]))
+		if !ok {
+			return holdKey{}, keyBad, false
+		}
+		args = append(args, arg)
+	}
+	key, st := holdKeyOf(args, bind, paramTypes)
+	return key, st, true
+}
+
+// xactLocks are the keys the client's open transaction may have locked at
+// transaction level on its own server connection (forwarded xact calls),
+// per mode; unknown: a call whose key could not be read.
+type xactLocks struct {
+	keys    map[holdKey]uint8 // 1: exclusive, 2: shared
+	unknown bool
+}
+
+// noteXact records the transaction-level lock calls of a statement sent in
+// an open transaction. c.mu held.
+func (c *guardConn) noteXact(text string, calls []lockscan.Call, bind *bindMsg, paramTypes []byte) {
+	for _, call := range calls {
+		if call.Scope != lockscan.ScopeXact || call.Op != lockscan.OpLock && call.Op != lockscan.OpTryLock {
+			continue
+		}
+		key, st, ok := callKey(text, call, bind, paramTypes)
+		if !ok {
+			c.xact.unknown = true
+			continue
+		}
+		if st != keyOK {
+			continue
+		}
+		if c.xact.keys == nil {
+			c.xact.keys = make(map[holdKey]uint8)
+		}
+		m := uint8(1)
+		if call.Shared {
+			m = 2
+		}
+		c.xact.keys[key] |= m
+	}
+}
+
+// xactConflict refuses a held lock of a key the client's own transaction
+// locked at transaction level in a conflicting mode: the holder, another
+// session, would wait for the client's own lock. c.mu held.
+func (c *guardConn) xactConflict(p *holdPlan) error {
+	if p.op != lockscan.OpLock && p.op != lockscan.OpTryLock {
+		return nil
+	}
+	m := c.xact.keys[p.key]
+	if !c.xact.unknown && (m == 0 || p.shared && m == 2) {
+		return nil
+	}
+	e := &HoldSelfLockError{Func: p.call.Func, Query: p.query, Position: p.call.Start + 1, Xact: true}
+	if m != 0 {
+		e.Key = p.key.String()
+	}
+	return e
 }
 
 // holdResult is what running a plan gave.
@@ -394,6 +600,18 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 				Message: "you don't own a lock of type " + mode, Routine: "pgadvisory"}).Encode(nil)
 			return holdResult{answer: false, notice: n}, nil
 		}
+		if hl.count(p.shared) == 1 && hl.count(!p.shared) > 0 {
+			// The last lock of this mode, the other mode still held: the
+			// holder's session unlocks this mode only.
+			if err := hl.h.unlock(ctx, p.key, p.shared); err != nil {
+				c.dropHold(p.key, hl, false)
+				hs.lose(p.key, err)
+				if errors.Is(err, errHoldCanceled) {
+					return holdResult{}, err
+				}
+				return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
+			}
+		}
 		hl.add(p.shared, -1)
 		if hl.excl == 0 && hl.shared == 0 {
 			c.dropHold(p.key, hl, true)
@@ -406,8 +624,8 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 			hl.add(p.shared, 1) // re-entrant, as PostgreSQL counts
 			return holdResult{answer: true}, nil
 		}
-		// The other mode of a key held here: take it in the same
-		// transaction (a session does not conflict with itself).
+		// The other mode of a key held here: take it in the same session
+		// (a session does not conflict with itself).
 		ok, err := c.pollLock(ctx, hl.h, p, false)
 		if err != nil || !ok {
 			return c.holdFailure(p, ok, err)
@@ -424,7 +642,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 		if ctx.Err() != nil {
 			return holdResult{}, errHoldCanceled // as a wait that ends while polling
 		}
-		return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
+		return c.holdFailure(p, false, err)
 	}
 	ok, err := c.pollLock(ctx, h, p, true)
 	if err != nil || !ok {
@@ -451,21 +669,88 @@ func (c *guardConn) holdFailure(p *holdPlan, ok bool, err error) (holdResult, er
 		return holdResult{}, err
 	case errors.Is(err, errHoldLockTimeout):
 		return holdResult{err: lockTimeoutError{}}, nil
+	case errors.Is(err, errHoldStatementTimeout):
+		return holdResult{err: statementTimeoutError{}}, nil
+	case poolerQueueTimeout(err):
+		return holdResult{err: &HoldPoolError{Func: p.call.Func, Key: p.key.String(), Held: c.heldKeyNames(), Err: err}}, nil
 	}
 	return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
 }
 
+// poolerQueueTimeout reports whether err is PgBouncer giving up on finding
+// a server connection for a client (query_wait_timeout).
+func poolerQueueTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.Contains(pe.Message, "query_wait_timeout")
+}
+
+// heldKeyNames lists the keys the connection holds. c.wmu held.
+func (c *guardConn) heldKeyNames() []string {
+	if c.holds == nil {
+		return nil
+	}
+	names := make([]string, 0, len(c.holds.keys))
+	for k := range c.holds.keys {
+		names = append(names, k.String())
+	}
+	slices.Sort(names)
+	return names
+}
+
 var (
-	errHoldCanceled    = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
-	errHoldLockTimeout = errors.New("lock_timeout")
+	errHoldCanceled         = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	errHoldLockTimeout      = errors.New("lock_timeout")
+	errHoldStatementTimeout = errors.New("statement_timeout")
 )
+
+// waitBound returns when a held lock's wait that started at start ends as
+// the server would end it (zero: no bound), and with which error: the
+// session's lock_timeout or statement_timeout, the ones the client did not
+// set read from the holder's session (the same role and database; ALTER
+// ROLE/DATABASE … SET reaches server connections the pooler opens after it,
+// as it reaches new sessions).
+func (c *guardConn) waitBound(ctx context.Context, h *holderConn, p *holdPlan, start time.Time) (time.Time, error, error) {
+	t := p.timeouts
+	if !t.lockSet || !t.stmtSet {
+		// reset_val, not the current value: behind transaction pooling a
+		// server connection may carry another client's SET. It holds the
+		// role's and database's defaults as of the server connection's
+		// start.
+		r, err := h.query(ctx, "SELECT pg_catalog.string_agg(reset_val, ',' ORDER BY name) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', 'statement_timeout')")
+		if err == nil && r.err != nil {
+			err = r.err
+		}
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		lock, stmt, ok := strings.Cut(r.value, ",")
+		dl, ok1 := parseLockTimeout(lock)
+		ds, ok2 := parseLockTimeout(stmt)
+		if !ok || !ok1 || !ok2 {
+			return time.Time{}, nil, fmt.Errorf("pgadvisory: holder connection: timeouts %q", r.value)
+		}
+		if !t.lockSet {
+			t.lock = dl
+		}
+		if !t.stmtSet {
+			t.stmt = ds
+		}
+	}
+	switch {
+	case t.stmt > 0 && (t.lock == 0 || t.stmt <= t.lock):
+		return start.Add(t.stmt), errHoldStatementTimeout, nil
+	case t.lock > 0:
+		return start.Add(t.lock), errHoldLockTimeout, nil
+	}
+	return time.Time{}, nil, nil
+}
 
 // pollLock takes p's lock on h: once for a try-lock, until granted for a
 // lock. begin says h is outside a transaction: each attempt opens one, and
 // a failed attempt ends it, so that no server connection is pinned while
 // the lock is waited for.
 func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, begin bool) (bool, error) {
-	fn := "pg_catalog.pg_try_advisory_xact_lock"
+	fn := "pg_catalog.pg_try_advisory_lock"
 	if p.shared {
 		fn += "_shared"
 	}
@@ -473,30 +758,39 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 	if begin {
 		q = "BEGIN; " + q
 	}
+	start := time.Now()
 	var deadline time.Time
-	if p.timeout > 0 {
-		deadline = time.Now().Add(p.timeout)
-	}
+	var timeout error
 	pause := holdPollMin
-	for {
-		r, err := h.query(q)
+	for first := true; ; first = false {
+		r, err := h.query(ctx, q)
 		if err == nil && r.err != nil {
 			err = r.err
 		}
+		if err == nil && r.value != "t" && r.value != "f" {
+			err = fmt.Errorf("pgadvisory: holder connection: %s answered %q", fn, r.value)
+		}
 		granted := err == nil && r.value == "t"
 		if begin && !granted && (err == nil || r.status != 0) {
-			if rerr := h.rollback(); err == nil {
+			// Nothing was taken: end the attempt's transaction.
+			if rerr := h.rollback(ctx); err == nil {
 				err = rerr
 			}
 		}
 		if err != nil || granted || p.op == lockscan.OpTryLock {
 			return granted, err
 		}
+		if first {
+			// A wait starts: it ends where the server would end it.
+			if deadline, timeout, err = c.waitBound(ctx, h, p, start); err != nil {
+				return false, err
+			}
+		}
 		wait := pause/2 + rand.N(pause/2+1)
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
-				return false, errHoldLockTimeout
+				return false, timeout
 			}
 			wait = min(wait, left)
 		}
@@ -543,20 +837,66 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	return &ProtocolError{Direction: "frontend", Type: p.t, Msg: "held lock call lost from its write"}
 }
 
-// trackLockTimeout follows SET lock_timeout and RESET lock_timeout at
-// session level: a held lock waits at most that long, as the server would.
-// c.mu held.
+// holdTimeouts are the session's lock_timeout and statement_timeout as far
+// as the guard saw them change (SET, RESET, set_config at session level);
+// a setting the client did not change is read from the holder's own
+// session when a wait starts (its startup parameters, ALTER ROLE and ALTER
+// DATABASE defaults are the client's too).
+type holdTimeouts struct {
+	lock, stmt       time.Duration
+	lockSet, stmtSet bool
+	// before is the value when the open transaction first changed them:
+	// a ROLLBACK restores it.
+	before *holdTimeouts
+}
+
+// trackLockTimeout follows SET, RESET and set_config(…, false) of
+// lock_timeout and statement_timeout: a held lock waits at most that long,
+// as the server would. SET LOCAL and set_config(…, true) end with the
+// transaction and are not followed. c.mu held.
 func (c *guardConn) trackLockTimeout(text string) {
 	w, rest := firstWord(text)
-	switch {
-	case strings.EqualFold(w, "reset"):
-		if n, r := firstWord(rest); strings.EqualFold(n, "all") && strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(r), ";")) == "" {
-			c.lockTimeout = startupLockTimeout(c.pc)
+	if c.timeouts.before != nil && transactionEffect(text) == txCloses {
+		// The transaction that changed them ends: a rollback (or the
+		// COMMIT of an aborted transaction) undoes the changes.
+		if !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") || c.predicted == 'E' || c.txStatus == 'E' {
+			c.timeouts = *c.timeouts.before
+		}
+		c.timeouts.before = nil
+		return
+	}
+	set := func(name, v string) {
+		name = strings.ToLower(name)
+		if name != "lock_timeout" && name != "statement_timeout" {
 			return
 		}
-		if strings.EqualFold(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ";")), "lock_timeout") {
-			c.lockTimeout = startupLockTimeout(c.pc)
+		d, isSet := time.Duration(0), false
+		if v != "" && !strings.EqualFold(v, "default") {
+			var ok bool
+			if d, ok = parseLockTimeout(v); !ok {
+				return
+			}
+			isSet = true
 		}
+		if c.predicted != 'I' && c.timeouts.before == nil {
+			prev := c.timeouts
+			c.timeouts.before = &prev
+		}
+		if name == "lock_timeout" {
+			c.timeouts.lock, c.timeouts.lockSet = d, isSet
+		} else {
+			c.timeouts.stmt, c.timeouts.stmtSet = d, isSet
+		}
+	}
+	trim := func(s string) string { return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), ";")) }
+	switch {
+	case strings.EqualFold(w, "reset"):
+		if n, r := firstWord(rest); strings.EqualFold(n, "all") && trim(r) == "" {
+			set("lock_timeout", "")
+			set("statement_timeout", "")
+			return
+		}
+		set(trim(rest), "")
 	case strings.EqualFold(w, "set"):
 		if n, r := firstWord(rest); strings.EqualFold(n, "session") {
 			rest = r
@@ -565,9 +905,6 @@ func (c *guardConn) trackLockTimeout(text string) {
 		}
 		rest = strings.TrimSpace(rest)
 		name := rest[:identLen(rest)]
-		if !strings.EqualFold(name, "lock_timeout") {
-			return
-		}
 		v := strings.TrimSpace(rest[len(name):])
 		if strings.HasPrefix(v, "=") {
 			v = v[1:]
@@ -576,25 +913,31 @@ func (c *guardConn) trackLockTimeout(text string) {
 		} else {
 			return
 		}
-		v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), ";"))
-		if strings.EqualFold(v, "default") {
-			c.lockTimeout = startupLockTimeout(c.pc)
+		if v = trim(v); v == "" {
 			return
 		}
-		if d, ok := parseLockTimeout(v); ok {
-			c.lockTimeout = d
+		set(name, v)
+	case strings.EqualFold(w, "select"):
+		// SELECT set_config('lock_timeout', '300ms', false)
+		r := strings.TrimSpace(rest)
+		r = strings.TrimPrefix(r, "pg_catalog.")
+		if len(r) < 11 || !strings.EqualFold(r[:10], "set_config") {
+			return
 		}
+		open, closing, ok := callArgs(r, 10)
+		if !ok {
+			return
+		}
+		parts := strings.Split(r[open+1:closing], ",")
+		if len(parts) != 3 || !strings.EqualFold(strings.TrimSpace(parts[2]), "false") {
+			return
+		}
+		name := strings.TrimSpace(parts[0])
+		if len(name) < 2 || name[0] != '\'' || name[len(name)-1] != '\'' {
+			return
+		}
+		set(name[1:len(name)-1], strings.TrimSpace(parts[1]))
 	}
-}
-
-// startupLockTimeout is lock_timeout from the connection's startup
-// parameters (0: none).
-func startupLockTimeout(pc *pgconn.Config) time.Duration {
-	if pc == nil {
-		return 0
-	}
-	d, _ := parseLockTimeout(pc.RuntimeParams["lock_timeout"])
-	return d
 }
 
 // parseLockTimeout reads a lock_timeout value as PostgreSQL does: a number
@@ -736,6 +1079,27 @@ func (c *guardConn) closeHolds() {
 	}
 }
 
+// holdLost reports whether a held lock of the connection was lost: the
+// connection is broken for good.
+func (c *guardConn) holdLost() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.holds != nil && c.holds.lost.Load() != nil
+}
+
+// warnPooledHold logs, once per configuration, that a connection went back
+// to a database/sql pool holding session locks: they stay with it, as a
+// session's locks do, but the pool may hand it to another goroutine.
+func (c *guardConn) warnPooledHold(ctx context.Context) {
+	if c.heldCount.Load() == 0 {
+		return
+	}
+	c.g.warnPooled.Do(func() {
+		c.g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per configuration)",
+			slog.Int("held_keys", int(c.heldCount.Load())))
+	})
+}
+
 // HoldsSessionLocks reports whether the guard keeps session-level lock
 // calls working on this connection (policy hold, or rewrite in autocommit,
 // behind transaction pooling). Packages that cannot import this one find it
@@ -746,13 +1110,15 @@ func (c *guardConn) HoldsSessionLocks() bool {
 	return c.g.holdEnabled() && c.mode == poolmode.Transaction
 }
 
-// takeLost returns the error for held locks lost since the last statement,
-// once, and forgets those locks. c.wmu held.
+// takeLost returns the error for held locks lost, for every statement
+// after the loss: a session whose lock died is a dead session, and the
+// connection stays broken until it closes (database/sql and pgxpool discard
+// it). The lost holders are let go. c.wmu held.
 func (c *guardConn) takeLost() error {
 	if c.holds == nil {
 		return nil
 	}
-	le := c.holds.lost.Swap(nil)
+	le := c.holds.lost.Load()
 	if le == nil {
 		return nil
 	}
@@ -854,12 +1220,17 @@ func (p *holderPool) get(ctx context.Context, cfg *pgconn.Config) (*holderConn, 
 	return dialHolder(ctx, cfg)
 }
 
-// put takes h back: after a ROLLBACK (rollback) it may serve again;
-// otherwise, or when enough are idle, it is closed.
+// put takes h back. rollback: it holds locks, which it releases (unlock_all
+// and ROLLBACK) before it may serve again; otherwise it serves again only
+// if it is idle (a failed attempt rolled back, nothing taken). Past
+// maxIdleHolders it is closed.
 func (p *holderPool) put(h *holderConn, rollback bool) {
 	if rollback && h.alive() {
-		if err := h.rollback(); err != nil {
-			h.close()
+		ctx, cancel := context.WithTimeout(context.Background(), holderReleaseWait)
+		err := h.release(ctx)
+		cancel()
+		if err != nil {
+			h.close() // inside its transaction: the pooler drops the server
 			return
 		}
 	}
@@ -871,6 +1242,18 @@ func (p *holderPool) put(h *holderConn, rollback bool) {
 	}
 	p.idle = append(p.idle, h)
 	h.idleTimer = time.AfterFunc(holderIdleTimeout, func() { p.expire(h) })
+}
+
+// closeIdle closes every idle holder.
+func (p *holderPool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, h := range idle {
+		h.idleTimer.Stop()
+		h.close()
+	}
 }
 
 // expire closes h if it is still idle.
@@ -921,15 +1304,24 @@ func dialHolder(ctx context.Context, cfg *pgconn.Config) (*holderConn, error) {
 		pc.Close(ctx)
 		return nil, err
 	}
-	h := &holderConn{nc: hj.Conn, fe: hj.Frontend, results: make(chan holderReply, 4), dead: make(chan struct{}), status: hj.TxStatus}
-	go h.read()
-	return h, nil
+	return newHolderConn(hj.Conn, hj.Frontend, hj.TxStatus), nil
 }
 
-// read receives the server's messages until the connection ends.
+// newHolderConn starts the reader of a holder connection past its start-up.
+func newHolderConn(nc net.Conn, fe *pgproto3.Frontend, status byte) *holderConn {
+	h := &holderConn{nc: nc, fe: fe, results: make(chan holderReply, 4), dead: make(chan struct{}), status: status}
+	go h.read()
+	return h
+}
+
+// read receives the server's messages until the connection ends. It reads
+// strictly: a row without its description, a row of other than one column
+// or a ReadyForQuery with an unknown status ends the connection (the holder
+// is not speaking PostgreSQL's protocol as the guard does).
 func (h *holderConn) read() {
 	var cur holderReply
 	var last *pgconn.PgError
+	described := false
 	for {
 		msg, err := h.fe.Receive()
 		if err != nil {
@@ -940,10 +1332,20 @@ func (h *holderConn) read() {
 			return
 		}
 		switch m := msg.(type) {
-		case *pgproto3.DataRow:
-			if len(m.Values) > 0 {
-				cur.value = string(m.Values[0])
+		case *pgproto3.RowDescription:
+			if len(m.Fields) != 1 {
+				h.die(errors.New("pgadvisory: holder connection: a result of " + strconv.Itoa(len(m.Fields)) + " columns"))
+				return
 			}
+			described = true
+		case *pgproto3.CommandComplete:
+			described = false
+		case *pgproto3.DataRow:
+			if !described || len(m.Values) != 1 {
+				h.die(errors.New("pgadvisory: holder connection: a data row without its row description"))
+				return
+			}
+			cur.value = string(m.Values[0])
 		case *pgproto3.ErrorResponse:
 			pe := pgconn.ErrorResponseToPgError(m)
 			last = pe
@@ -951,7 +1353,12 @@ func (h *holderConn) read() {
 				cur.err = pe
 			}
 		case *pgproto3.ReadyForQuery:
+			if m.TxStatus != 'I' && m.TxStatus != 'T' && m.TxStatus != 'E' {
+				h.die(fmt.Errorf("pgadvisory: holder connection: ReadyForQuery with transaction status %q", m.TxStatus))
+				return
+			}
 			cur.status = m.TxStatus
+			described = false
 			last = nil
 			select {
 			case h.results <- cur:
@@ -1002,37 +1409,70 @@ func (h *holderConn) watch(f func(error)) {
 	}
 }
 
-// query sends one simple Query and waits for its ReadyForQuery.
-func (h *holderConn) query(sql string) (holderReply, error) {
+// query sends one simple Query and waits for its ReadyForQuery, until ctx
+// ends (the caller's deadline, or Close): the holder is closed then, since
+// its state is not known.
+func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error) {
+	stop := context.AfterFunc(ctx, func() { h.nc.SetWriteDeadline(time.Now()) })
 	h.fe.Send(&pgproto3.Query{String: sql})
-	h.nc.SetWriteDeadline(time.Now().Add(holderQueryTimeout))
-	if err := h.fe.Flush(); err != nil {
+	err := h.fe.Flush()
+	if !stop() || err != nil {
 		h.close()
+		if ctx.Err() != nil {
+			return holderReply{}, errHoldCanceled
+		}
 		return holderReply{}, err
 	}
-	t := time.NewTimer(holderQueryTimeout)
-	defer t.Stop()
 	select {
 	case r := <-h.results:
 		h.status = r.status
 		return r, nil
 	case <-h.dead:
 		return holderReply{}, h.cause()
-	case <-t.C:
+	case <-ctx.Done():
 		h.close()
-		return holderReply{}, fmt.Errorf("pgadvisory: holder connection: no answer to %q in %v", sql, holderQueryTimeout)
+		return holderReply{}, errHoldCanceled
 	}
 }
 
-// rollback ends the holder's transaction: its locks are free when it
-// returns.
-func (h *holderConn) rollback() error {
-	r, err := h.query("ROLLBACK")
+// rollback ends the holder's transaction, which took nothing.
+func (h *holderConn) rollback(ctx context.Context) error {
+	return h.expect(ctx, "ROLLBACK")
+}
+
+// release frees every lock of the holder's session and ends its
+// transaction, in one round trip. If the first fails, the second does not
+// run and the holder stays in its transaction: the caller closes it.
+func (h *holderConn) release(ctx context.Context) error {
+	return h.expect(ctx, "SELECT pg_catalog.pg_advisory_unlock_all(); ROLLBACK")
+}
+
+// unlock releases one mode of key in the holder's session.
+func (h *holderConn) unlock(ctx context.Context, key holdKey, shared bool) error {
+	fn := "pg_catalog.pg_advisory_unlock"
+	if shared {
+		fn += "_shared"
+	}
+	r, err := h.query(ctx, "SELECT "+fn+"("+key.sql()+")")
+	switch {
+	case err != nil:
+		return err
+	case r.err != nil:
+		return r.err
+	case r.value != "t" || r.status != 'T':
+		return fmt.Errorf("pgadvisory: holder connection: %s%s answered %q (transaction status %q)", fn, key, r.value, r.status)
+	}
+	return nil
+}
+
+// expect runs sql, which must succeed and leave the holder idle.
+func (h *holderConn) expect(ctx context.Context, sql string) error {
+	r, err := h.query(ctx, sql)
 	if err == nil && r.err != nil {
 		err = r.err
 	}
 	if err == nil && r.status != 'I' {
-		err = fmt.Errorf("pgadvisory: holder connection: transaction status %q after ROLLBACK", r.status)
+		err = fmt.Errorf("pgadvisory: holder connection: transaction status %q after %s", r.status, sql)
 	}
 	return err
 }

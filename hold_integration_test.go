@@ -2,7 +2,6 @@ package pgadvisory_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/internal/goleak"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
@@ -35,8 +35,20 @@ func holdConn(t *testing.T, dsn string, opts ...pgadvisory.Option) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	t.Cleanup(func() {
+		conn.Close(context.Background())
+		pgadvisory.CloseIdleHolders(conn) // its holders went back idle
+	})
 	return conn
+}
+
+// holdLeaks checks, at the end of the test, that no goroutine is left
+// behind (holder readers included: close idle holders in the test's own
+// cleanups, which run first).
+func holdLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }
 
 // serverLocks lists the granted advisory locks on the server, as
@@ -97,6 +109,7 @@ func unlock(t *testing.T, conn *pgx.Conn, key int64) bool {
 // against what PostgreSQL gives a session, and the server's pg_locks.
 func TestIntegrationHoldSessionSemantics(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	wantLocks(t, c)
 	var notices []string
 	var mu sync.Mutex
@@ -116,7 +129,10 @@ func TestIntegrationHoldSessionSemantics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close(context.Background())
+	defer func() {
+		a.Close(context.Background())
+		pgadvisory.CloseIdleHolders(a)
+	}()
 	b := holdConn(t, holdDSN(t, c))
 	direct, err := pgx.Connect(t.Context(), c.DirectDSN())
 	if err != nil {
@@ -197,6 +213,7 @@ func TestIntegrationHoldSessionSemantics(t *testing.T) {
 // until it is released, and then the other holds it.
 func TestIntegrationHoldWaits(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, holdDSN(t, c))
 	b := holdConn(t, holdDSN(t, c))
 	ctx := t.Context()
@@ -238,6 +255,7 @@ func TestIntegrationHoldWaits(t *testing.T) {
 // (and one ended by lock_timeout) leaves nothing held.
 func TestIntegrationHoldCanceledWait(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, holdDSN(t, c))
 	b := holdConn(t, holdDSN(t, c))
 	const k = 9103
@@ -280,6 +298,7 @@ func TestIntegrationHoldCanceledWait(t *testing.T) {
 // refuse with *HoldLimitError and take nothing.
 func TestIntegrationHoldLimits(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	cfg, err := pgadvisory.ParsePoolConfig(holdDSN(t, c), pgadvisory.WithHoldLimits(1, 2))
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +306,15 @@ func TestIntegrationHoldLimits(t *testing.T) {
 	cfg.MaxConns = 3
 	ctx := t.Context()
 	pool := guardedPoolConfig(t, cfg)
+	t.Cleanup(func() { // before the pool closes, after the releases
+		conn, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		pgadvisory.CloseIdleHolders(conn.Conn())
+		conn.Release()
+	})
 	c1, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +377,7 @@ func waitLocks(t *testing.T, c *pgbouncer.Cluster, want ...string) {
 // client's next statement fails with ErrLockLost, and the one after runs.
 func TestIntegrationHoldLost(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, holdDSN(t, c))
 	ctx := t.Context()
 	const k = 9108
@@ -366,8 +395,10 @@ func TestIntegrationHoldLost(t *testing.T) {
 	}
 	wantLost(t, a)
 	wantLocks(t, c)
-	// The lost key can be taken again.
-	if !tryLock(t, a, k) || !unlock(t, a, k) {
+	// The lost key can be taken again, on another connection: this one is
+	// broken for good.
+	b := holdConn(t, holdDSN(t, c))
+	if !tryLock(t, b, k) || !unlock(t, b, k) {
 		t.Fatal("lock after the loss")
 	}
 }
@@ -389,21 +420,22 @@ func wantLost(t *testing.T, conn *pgx.Conn) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
-		t.Fatalf("the statement after ErrLockLost: %v", err)
+	// Sticky: a session whose lock died is a dead session (finding 7).
+	for range 3 {
+		if _, err := conn.Exec(t.Context(), "SELECT 1"); !errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrLockLost) {
+			t.Fatalf("a statement after ErrLockLost: %v, want ErrLockLost again", err)
+		}
 	}
 }
 
 // TestIntegrationHoldDatabaseSQL: the same through database/sql on a pinned
-// connection (as golang-migrate and goose lock); returning the connection
-// to the pool ends what it holds.
+// connection (as golang-migrate and goose lock). Returning the connection
+// to the pool keeps what it holds, as a session keeps its locks: the pool
+// hands it back and the unlock finds the lock; closing it ends them.
 func TestIntegrationHoldDatabaseSQL(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
-	db, err := sql.Open("pgadvisory", holdDSN(t, c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	holdLeaks(t)
+	db := openGuardedDB(t, holdDSN(t, c))
 	ctx := t.Context()
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -413,13 +445,18 @@ func TestIntegrationHoldDatabaseSQL(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", fmt.Sprint(k)); err != nil {
 		t.Fatal(err)
 	}
-	var ok bool
-	if err := db.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&ok); err != nil || ok {
-		t.Fatalf("other connection's try-lock: %v, %v; want false", ok, err)
+	db.SetMaxOpenConns(1) // the pool has this one connection to hand out
+	if tryLock(t, holdConn(t, holdDSN(t, c)), k) {
+		t.Fatal("another connection's try-lock of a held key")
 	}
 	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
-	if err := conn.Close(); err != nil {
+	if err := conn.Close(); err != nil { // back to the pool
 		t.Fatal(err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	var ok bool
+	if err := db.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", k).Scan(&ok); err != nil || !ok {
+		t.Fatalf("unlock through the pool: %v, %v; want true", ok, err)
 	}
 	wantLocks(t, c)
 }
@@ -428,6 +465,7 @@ func TestIntegrationHoldDatabaseSQL(t *testing.T) {
 // (and still rewrites inside a transaction).
 func TestIntegrationHoldRewriteAutocommit(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, withParams(t, c.WideDSN(pgbouncer.Transaction), "pgadvisory_policy", "rewrite"))
 	ctx := t.Context()
 	if !tryLock(t, a, 9110) {
@@ -494,6 +532,7 @@ func TestIntegrationHoldPoolerRestart(t *testing.T) {
 // connections while the key is held.
 func TestIntegrationHoldCost(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	p := startTurnProxy(t, hostPort(t, c.WideDSN(pgbouncer.Transaction)))
 	a := holdConn(t, p.via(t, holdDSN(t, c)))
 	ctx := t.Context()
@@ -543,6 +582,7 @@ func TestIntegrationHoldCost(t *testing.T) {
 // holder's transaction open, so hold refuses there, as reject does.
 func TestIntegrationHoldStatementPooling(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, withParams(t, c.WideDSN(pgbouncer.Statement), "pgadvisory_policy", "hold", "pgadvisory_pool_mode", "statement"))
 	_, err := a.Exec(t.Context(), "SELECT pg_advisory_lock($1)", 9114)
 	wantRefusal(t, err, pgadvisory.ErrSessionLock)
@@ -551,9 +591,13 @@ func TestIntegrationHoldStatementPooling(t *testing.T) {
 
 // TestIntegrationHoldInTransaction: a lone session lock call inside a
 // transaction is held too, and outlives the transaction as a session's
-// lock does; a lock call with more around it is rewritten there.
+// lock does; a lock call with more around it is refused there (a rewrite
+// to the transaction-level twin would end with the transaction, which a
+// session's lock does not), and the transaction is aborted, as by a failed
+// statement.
 func TestIntegrationHoldInTransaction(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
 	a := holdConn(t, holdDSN(t, c))
 	ctx := t.Context()
 	for _, commit := range []bool{true, false} {
@@ -564,17 +608,19 @@ func TestIntegrationHoldInTransaction(t *testing.T) {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1)", 9115); err != nil {
 			t.Fatal(err)
 		}
-		// Not one call alone: rewritten to the transaction-level twin.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock($1), 1", 9116); err != nil {
-			t.Fatal(err)
+		// Not one call alone: refused, nothing taken.
+		_, err = tx.Exec(ctx, "SELECT pg_advisory_lock($1), 1", 9116)
+		wantRefusal(t, err, pgadvisory.ErrHoldFailed)
+		var ue *pgadvisory.HoldUnitError
+		if !errors.As(pgadvisory.Refusal(err), &ue) || ue.Func != "pg_advisory_lock" {
+			t.Fatalf("refusal %v, want a *HoldUnitError", pgadvisory.Refusal(err))
 		}
-		wantLocks(t, c, "9115/ExclusiveLock", "9116/ExclusiveLock")
+		wantLocks(t, c, "9115/ExclusiveLock")
 		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
+			if err = tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
+				t.Fatalf("commit of the aborted transaction: %v, want ErrTxCommitRollback", err)
+			}
+		} else if err = tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 		wantLocks(t, c, "9115/ExclusiveLock") // the held one outlives the transaction

@@ -53,33 +53,55 @@ func TestHoldShape(t *testing.T) {
 	}
 }
 
-// TestHoldKeyOf resolves literal and bound keys, text and binary, and
-// refuses what the server would not read as an integer key.
+// TestHoldKeyOf resolves literal and bound keys, text and binary, as
+// PostgreSQL types them: what the server fails (22003, 42883) is bad, a NULL
+// argument gives NULL.
 func TestHoldKeyOf(t *testing.T) {
-	bind := &bindMsg{formats: []int16{0, 1}, values: [][]byte{[]byte(" 7 "), {0, 0, 0, 9}}}
-	for _, tc := range []struct {
-		args []holdArg
-		want string
-		ok   bool
-	}{
-		{[]holdArg{{lit: "-42"}}, "(-42)", true},
-		{[]holdArg{{param: 1}}, "(7)", true},
-		{[]holdArg{{param: 1}, {param: 2}}, "(7, 9)", true},
-		{[]holdArg{{param: 3}}, "", false},
-		{[]holdArg{{lit: "1"}, {lit: "4294967296"}}, "", false}, // not an int4
-	} {
-		k, ok := holdKeyOf(tc.args, bind)
-		if ok != tc.ok || ok && k.String() != tc.want {
-			t.Errorf("%v: %v %v, want %s %v", tc.args, k, ok, tc.want, tc.ok)
+	bind := &bindMsg{formats: []int16{0, 1, 0, 0}, values: [][]byte{[]byte(" 7 "), {0, 0, 0, 9}, nil, []byte("4294967301")}}
+	int8Params := []byte{0, 2, 0, 0, 0, 20, 0, 0, 0, 20} // two parameters, both int8
+	arg := func(s string) holdArg {
+		a, ok := parseHoldArg(s)
+		if !ok {
+			t.Fatalf("parseHoldArg(%q) failed", s)
 		}
+		return a
 	}
-	if _, ok := holdKeyOf([]holdArg{{param: 1}}, &bindMsg{values: [][]byte{nil}}); ok {
-		t.Error("a NULL key was accepted")
+	for _, tc := range []struct {
+		args  []string
+		types []byte
+		want  string
+		st    keyStatus
+	}{
+		{[]string{"-42"}, nil, "(-42)", keyOK},
+		{[]string{"'-42'"}, nil, "(-42)", keyOK},
+		{[]string{"$1"}, nil, "(7)", keyOK},
+		{[]string{"$1", "$2"}, nil, "(7, 9)", keyOK},
+		{[]string{"$5"}, nil, "", keyBad},                       // no such parameter
+		{[]string{"1", "4294967296"}, nil, "", keyBad},          // a bigint: no (int4, bigint) function
+		{[]string{"2147483648::int4", "1"}, nil, "", keyBad},    // integer out of range
+		{[]string{"$4::int4", "1"}, nil, "", keyBad},            // bound past int4
+		{[]string{"$1", "$2"}, int8Params, "", keyBad},          // (int8, int8) does not exist
+		{[]string{"($1::int8)", "$2"}, nil, "", keyBad},         // the same, by a cast
+		{[]string{"$1"}, []byte{0, 1, 0, 0, 0, 25}, "", keyBad}, // text: no implicit cast
+		{[]string{"$1"}, int8Params, "(7)", keyOK},
+		{[]string{"$3"}, nil, "", keyNull},
+		{[]string{"NULL::int8"}, nil, "", keyNull},
+		{[]string{"1", "null"}, nil, "", keyNull},
+	} {
+		var args []holdArg
+		for _, a := range tc.args {
+			args = append(args, arg(a))
+		}
+		k, st := holdKeyOf(args, bind, tc.types)
+		if st != tc.st || st == keyOK && k.String() != tc.want {
+			t.Errorf("%v: %v %v, want %s %v", tc.args, k, st, tc.want, tc.st)
+		}
 	}
 }
 
 // TestStandIn: the statement sent instead keeps the parameters, their
-// types, the column's name and type, and answers as the call would.
+// types, the column's name and type, and answers as the call would; its
+// arguments go through a function of the lock function's argument types.
 func TestStandIn(t *testing.T) {
 	scan := func(q string) lockscan.Call {
 		res, err := lockscan.NewScanner(4).Scan(q)
@@ -92,20 +114,23 @@ func TestStandIn(t *testing.T) {
 	q := "SELECT pg_try_advisory_lock($1) AS got"
 	call := scan(q)
 	args, alias, _ := holdShape(q, call)
-	if got := text(standIn('Q', call, args, alias, true, nil)); got != "SELECT (pg_catalog.num_nulls(($1)::int8) >= 0) AS got" {
+	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) = 0) AS got" {
 		t.Errorf("try-lock true: %s", got)
 	}
-	if got := text(standIn('Q', call, args, alias, false, nil)); got != "SELECT (pg_catalog.num_nulls(($1)::int8) < 0) AS got" {
+	if got := text(standIn('Q', call, args, alias, false, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) <> 0) AS got" {
 		t.Errorf("try-lock false: %s", got)
 	}
-	q = "SELECT pg_advisory_lock(1, 2)"
+	if got := text(standIn('Q', call, args, alias, true, true, nil)); got != "SELECT ((0 * (pg_catalog.int8larger($1, 0))::int8 + 2147483648)::int4 = 0) AS got" {
+		t.Errorf("try-lock of a bad key: %s", got)
+	}
+	q = "SELECT pg_advisory_lock(1, (2)::int4)"
 	call = scan(q)
 	args, alias, _ = holdShape(q, call)
-	if got := text(standIn('Q', call, args, alias, true, nil)); got != "SELECT pg_catalog.pg_sleep(0 * pg_catalog.num_nulls((1)::int4, (2)::int4)) AS pg_advisory_lock" {
+	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT pg_catalog.pg_sleep(0 * pg_catalog.int4larger(1, (2)::int4)) AS pg_advisory_lock" {
 		t.Errorf("lock: %s", got)
 	}
 	// A Parse keeps its parameter type list.
-	p := standIn('P', call, args, alias, true, []byte{0, 1, 0, 0, 0, 20})
+	p := standIn('P', call, args, alias, true, false, []byte{0, 1, 0, 0, 0, 20})
 	if p[0] != 'P' || !strings.HasSuffix(string(p), "\x00\x00\x01\x00\x00\x00\x14") {
 		t.Errorf("parse: %q", p)
 	}
@@ -128,24 +153,41 @@ func TestParseLockTimeout(t *testing.T) {
 }
 
 func TestTrackLockTimeout(t *testing.T) {
-	c := &guardConn{}
+	c := &guardConn{predicted: 'I'}
 	for _, tc := range []struct {
 		stmt string
-		want time.Duration
+		want holdTimeouts
 	}{
-		{"SET lock_timeout = '1s'", time.Second},
-		{"set session lock_timeout to 200", 200 * time.Millisecond},
-		{"SET LOCAL lock_timeout = '5s'", 200 * time.Millisecond}, // ends with its transaction
-		{"SET statement_timeout = '9s'", 200 * time.Millisecond},
-		{"RESET lock_timeout", 0},
-		{"SET lock_timeout TO '3s';", 3 * time.Second},
-		{"SET lock_timeout TO DEFAULT", 0},
-		{"SET lock_timeout = '4s'", 4 * time.Second},
-		{"RESET ALL", 0},
+		{"SET lock_timeout = '1s'", holdTimeouts{lock: time.Second, lockSet: true}},
+		{"set session lock_timeout to 200", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true}},
+		{"SET LOCAL lock_timeout = '5s'", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true}}, // ends with its transaction
+		{"SET statement_timeout = '9s'", holdTimeouts{lock: 200 * time.Millisecond, lockSet: true, stmt: 9 * time.Second, stmtSet: true}},
+		{"RESET lock_timeout", holdTimeouts{stmt: 9 * time.Second, stmtSet: true}},
+		{"SET lock_timeout TO '3s';", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 9 * time.Second, stmtSet: true}},
+		{"SET statement_timeout TO DEFAULT", holdTimeouts{lock: 3 * time.Second, lockSet: true}},
+		{"SELECT set_config('statement_timeout', '300ms', false)", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}},
+		{"SELECT set_config('lock_timeout', '1s', true)", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}}, // local
+		{"SET lock_timeout = 0", holdTimeouts{lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}},
+		{"RESET ALL", holdTimeouts{}},
 	} {
 		c.trackLockTimeout(tc.stmt)
-		if c.lockTimeout != tc.want {
-			t.Fatalf("after %q: %v, want %v", tc.stmt, c.lockTimeout, tc.want)
+		if c.timeouts != tc.want {
+			t.Fatalf("after %q: %+v, want %+v", tc.stmt, c.timeouts, tc.want)
+		}
+	}
+	// A SET in a transaction is undone by its ROLLBACK, kept by COMMIT.
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		c = &guardConn{predicted: 'I'}
+		c.trackLockTimeout("SET lock_timeout = '1s'")
+		c.predicted = 'T'
+		c.trackLockTimeout("SET lock_timeout = '2s'")
+		c.trackLockTimeout(end)
+		want := 2 * time.Second
+		if end == "ROLLBACK" {
+			want = time.Second
+		}
+		if c.timeouts.lock != want || c.timeouts.before != nil {
+			t.Fatalf("after %s: %+v, want lock_timeout %v", end, c.timeouts, want)
 		}
 	}
 }

@@ -234,34 +234,52 @@ func TestIntegrationSessionLocksPassDirectAndSession(t *testing.T) {
 }
 
 // TestIntegrationResetSessionGuard: a session lock left on a pooled
-// *sql.DB connection is found and released when the connection is reused.
+// *sql.DB connection stays with it when the connection is reused, as on
+// PostgreSQL (the default); with WithLeakAction(LeakDiscard) it is found,
+// reported and the connection closed.
 func TestIntegrationResetSessionGuard(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
 	const key = 4_000_060
-	var hooked atomic.Int32
-	conn, err := pgadvisory.NewConnector(c.DirectDSN(), pgadvisory.WithErrorHook(func(_ context.Context, err error) {
-		if errors.Is(err, pgadvisory.ErrLeakedLock) {
-			hooked.Add(1)
+	for _, discard := range []bool{false, true} {
+		var hooked atomic.Int32
+		opts := []pgadvisory.Option{pgadvisory.WithErrorHook(func(_ context.Context, err error) {
+			if errors.Is(err, pgadvisory.ErrLeakedLock) {
+				hooked.Add(1)
+			}
+		})}
+		if discard {
+			opts = append(opts, pgadvisory.WithLeakAction(pgadvisory.LeakDiscard))
 		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-		t.Fatal(err)
-	}
-	if n := advisoryHolders(t, c, key); n != 1 {
-		t.Fatalf("holders after lock: %d", n)
-	}
-	if _, err := db.ExecContext(ctx, "SELECT 1"); err != nil { // reuse: ResetSession
-		t.Fatal(err)
-	}
-	if n := advisoryHolders(t, c, key); n != 0 || hooked.Load() != 1 {
-		t.Fatalf("after reuse: holders %d, hook calls %d", n, hooked.Load())
+		conn, err := pgadvisory.NewConnector(c.DirectDSN(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		db.SetMaxOpenConns(1)
+		if _, err := db.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+		if n := advisoryHolders(t, c, key); n != 1 {
+			t.Fatalf("holders after lock: %d", n)
+		}
+		if _, err := db.ExecContext(ctx, "SELECT 1"); err != nil { // reuse: ResetSession
+			t.Fatal(err)
+		}
+		want, wantHooked := 1, int32(0)
+		if discard {
+			want, wantHooked = 0, 1
+		}
+		if n := advisoryHolders(t, c, key); n != want || hooked.Load() != wantHooked {
+			t.Fatalf("discard=%v, after reuse: holders %d, hook calls %d; want %d, %d", discard, n, hooked.Load(), want, wantHooked)
+		}
+		if !discard {
+			var ok bool
+			if err := db.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok); err != nil || !ok {
+				t.Fatalf("unlock through the pool: %v, %v", ok, err)
+			}
+		}
 	}
 }
 

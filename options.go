@@ -102,15 +102,20 @@ func (d DynamicPolicy) String() string {
 	return dynamicNames[d]
 }
 
-// LeakAction says what ResetSession does with a connection that comes back
-// to the pool still holding advisory locks (direct and session mode).
+// LeakAction says what the leak guard does with a connection that comes
+// back to its pool still holding advisory locks (direct and session mode).
+// database/sql keeps a session's locks with its connection (as plain pgx
+// does: the pool hands the same connection back to the code that unlocks)
+// and logs a warning once, except under LeakDiscard.
 type LeakAction int
 
 const (
-	// LeakRelease runs pg_advisory_unlock_all() and keeps the connection.
-	// The default.
+	// LeakRelease runs pg_advisory_unlock_all() and keeps the connection
+	// (pgxpool, in PrepareConn); database/sql keeps the locks with the
+	// connection and warns once. The default.
 	LeakRelease LeakAction = iota
-	// LeakDiscard closes the connection (the server then frees its locks).
+	// LeakDiscard closes the connection (the server then frees its locks),
+	// pgxpool and database/sql alike.
 	LeakDiscard
 	// LeakKeep leaves the locks on the connection, as plain pgx does: code
 	// that takes a session lock through a pool and unlocks it later through

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -42,6 +43,9 @@ type guard struct {
 	// set before the guard's (holders connect with it, without the guard).
 	holders holderPool
 	prevNet func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)
+	// warnPooled: the "held locks went back to a database/sql pool" line,
+	// once.
+	warnPooled sync.Once
 }
 
 // holdEnabled reports whether the policy holds lone session-lock calls.
@@ -204,9 +208,6 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
 		gc.pc = pc
-		if g.holdEnabled() {
-			gc.lockTimeout = startupLockTimeout(pc)
-		}
 		return gc, nil
 	}
 	prevAfter := cfg.AfterConnect
@@ -238,7 +239,14 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		return err
 	}
 	prevBefore := cfg.BeforeConnect
+	var ourRelease func(*pgx.Conn) bool
+	var ourPrepare func(context.Context, *pgx.Conn) (bool, error)
 	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if g.holdEnabled() && (!sameFunc(cfg.AfterRelease, ourRelease) || !sameFunc(cfg.PrepareConn, ourPrepare)) {
+			// Set after ConfigurePool, they replaced the guard's: held
+			// locks would outlive Release and pass to the next acquirer.
+			return &PoolHooksError{AfterRelease: !sameFunc(cfg.AfterRelease, ourRelease), PrepareConn: !sameFunc(cfg.PrepareConn, ourPrepare)}
+		}
 		if prevBefore != nil {
 			if err := prevBefore(ctx, cc); err != nil {
 				return err
@@ -259,6 +267,9 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		prevRelease := cfg.AfterRelease
 		cfg.AfterRelease = func(conn *pgx.Conn) bool {
 			if gc := guardOf(conn); gc != nil {
+				if gc.holdLost() {
+					return false // broken for good: destroyed
+				}
 				gc.resetHolds()
 			}
 			if prevRelease != nil {
@@ -284,7 +295,14 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		}
 		return true, nil
 	}
+	ourRelease, ourPrepare = cfg.AfterRelease, cfg.PrepareConn
 	return nil
+}
+
+// sameFunc reports whether a and b are the same function value's code (a
+// hook the guard installed, not one set over it).
+func sameFunc[F any](a, b F) bool {
+	return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer()
 }
 
 // explicitExecMode reports whether the connection string chose

@@ -147,7 +147,9 @@ type guardConn struct {
 	heldCount          atomic.Int32                  // keys in holds, for the read side
 	lastLost           atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
 	unnamedHoldStandIn bool                          // the unnamed statement is a described stand-in
-	lockTimeout        time.Duration                 // the session's lock_timeout, as far as the guard saw it
+	holdAlone          bool                          // the message being examined is alone in its unit, nothing before it unanswered
+	xact               xactLocks                     // transaction-level locks of the open transaction (self-conflicts)
+	timeouts           holdTimeouts                  // the session's lock_timeout and statement_timeout, as far as the guard saw them
 	holdNotices        []localReply                  // WARNINGs to show before ReadyForQuery number after
 	holdCancel         func()                        // ends a hold's wait
 	holdTimer          *time.Timer
@@ -397,7 +399,11 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 				if repl == nil {
 					repl = data[i:end]
 				}
-				repl = append(append([]byte(nil), repl...), 'S', 0, 0, 0, 4)
+				// The Sync goes as a buffer of its own: repl may be a held
+				// lock's stand-in, which finishHold finds by identity.
+				out = append(out, data[segFrom:i], repl, syncMessage)
+				segFrom = end
+				repl = nil
 			}
 		}
 		if repl != nil {
@@ -419,12 +425,14 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 	switch t {
 	case 'Q':
 		c.sent++
+		c.holdAlone = c.sent == c.recv+1
 		text, ok := cstring(msg[5:])
 		if !ok {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
 		}
 		return c.statement(t, "", text, nil, nil), nil
 	case 'P':
+		c.holdAlone = !c.unit.open && c.sent == c.recv && aloneInUnit(after)
 		c.unit.open = true
 		body := msg[5:]
 		name, ok := cstring(body)
@@ -513,7 +521,7 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		}
 		defer func() { c.predicted = 'T' }()
 	case txCloses:
-		defer func() { c.predicted = 'I'; c.taken = nil }()
+		defer func() { c.predicted = 'I'; c.taken = nil; c.xact = xactLocks{} }()
 	}
 	if c.changesReading(text) {
 		// standard_conforming_strings or client_encoding may change: until
@@ -563,15 +571,36 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 			switch {
 			case p == nil:
 				return describe
-			case c.hold != nil:
-				return c.refuse(t, &SessionLockError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Mode: c.mode, Policy: c.g.cfg.policy,
-					InTx: c.predicted != 'I', Assumed: c.assumed(), Twin: p.call.XactTwin()})
+			case c.hold != nil || !c.holdAlone:
+				return c.refuse(t, &HoldUnitError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Pending: c.hold != nil || c.sent > c.recv+1 || t == 'P' && c.sent > c.recv})
+			}
+			if err := c.xactConflict(p); err != nil {
+				return c.refuse(t, err)
 			}
 			c.hold = p
 			return p.yes
 		}
 	}
+	if err == nil && c.pooled() && c.g.holdEnabled() {
+		if serr := c.selfConflict(text, r.Calls, lockscan.ScopeXact, bind, paramTypes); serr != nil {
+			return c.refuse(t, serr)
+		}
+	}
 	d := decide(text, r, err, in)
+	switch {
+	case d.err != nil || len(d.edits) == 0 || !c.g.holdEnabled():
+	case c.g.cfg.policy == PolicyHold:
+		// A rewrite gives a transaction's lock, not a session's: under
+		// hold, what cannot be held is refused.
+		for _, call := range r.Calls {
+			if call.Scope == lockscan.ScopeSession {
+				d.err = &HoldUnitError{Func: call.Func, Query: text, Position: call.Start + 1}
+				break
+			}
+		}
+	default:
+		d.err = c.selfConflict(text, d.rewrote, lockscan.ScopeSession, bind, paramTypes)
+	}
 	for _, w := range d.warnings {
 		c.g.warn(w, c.mode, text)
 	}
@@ -587,6 +616,9 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 	}
 	if d.err != nil {
 		return c.refuse(t, d.err)
+	}
+	if c.predicted != 'I' && c.g.holdEnabled() {
+		c.noteXact(text, r.Calls, bind, paramTypes)
 	}
 	if d.sessionLock {
 		c.sessionLocked = true
@@ -661,6 +693,9 @@ func (c *guardConn) refuseAt(t byte, err error, unit uint64) []byte {
 	}
 	return encodeMessage('P', []byte{0}, []byte(marker), []byte{0, 0, 0})
 }
+
+// syncMessage is a Sync the guard adds to a unit.
+var syncMessage = []byte{'S', 0, 0, 0, 4}
 
 // encodeMessage builds one protocol message of type t from the parts of
 // its body.
@@ -1099,6 +1134,7 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 			}
 			if body[0] == 'I' {
 				c.taken = nil
+				c.xact = xactLocks{}
 			}
 			if c.recv >= c.sent && !c.unit.open {
 				c.settingsInFlux = false
