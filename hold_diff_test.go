@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/goleak"
 
 	"github.com/pgadvisory/pgadvisory"
-	"github.com/pgadvisory/pgadvisory/internal/goleak"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/goleak"
 
-	"github.com/pgadvisory/pgadvisory/internal/goleak"
 	"github.com/pgadvisory/pgadvisory/lockscan"
 )
 
