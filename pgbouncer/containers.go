@@ -2,6 +2,8 @@ package pgbouncer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -33,7 +35,11 @@ type ContainerRuntime interface {
 	Run(ctx context.Context, spec ContainerSpec) (RunningContainers, error)
 }
 
-// ContainerSpec is what a ContainerRuntime runs.
+// ContainerSpec is what a ContainerRuntime runs. The command lines do all
+// of the set-up themselves (initdb, pg_hba.conf, the application role), so
+// any image with PostgreSQL's or PgBouncer's programs runs them, with or
+// without an entrypoint: the official images' entrypoints pass a command
+// line that is not "postgres" through unchanged.
 type ContainerSpec struct {
 	// PostgresImage and BouncerImage are the images (WithImages).
 	PostgresImage, BouncerImage string
@@ -42,15 +48,35 @@ type ContainerSpec struct {
 	// PostgresPort and BouncerPort are the ports the servers listen on
 	// inside their containers.
 	PostgresPort, BouncerPort int
+	// User runs every container's command (initdb and pgbouncer refuse
+	// root).
+	User string
 	// PostgresCommand is the PostgreSQL container's command line and
-	// PostgresEnv its environment.
-	PostgresCommand []string
-	PostgresEnv     map[string]string
+	// PostgresEnv its environment; PostgresStopSignal stops it with a fast
+	// shutdown.
+	PostgresCommand    []string
+	PostgresEnv        map[string]string
+	PostgresStopSignal string
+	// BouncerCommand is every PgBouncer container's command line.
+	BouncerCommand []string
 	// PostgresFiles are written into the PostgreSQL container before it
 	// starts; BouncerFiles, per pool mode, into that mode's PgBouncer.
 	PostgresFiles []ContainerFile
 	BouncerFiles  map[Mode][]ContainerFile
+	// Labels go on everything the runtime creates (containers, network),
+	// so that what a cluster left behind can be listed: ContainerLabel
+	// with the cluster's own value.
+	Labels map[string]string
 }
+
+// ContainerLabel is the label the Docker back end puts on the containers and
+// the network of a cluster; its value is unique to the cluster
+// (Cluster.ContainerLabel). After Close,
+//
+//	docker ps -a --filter label=org.pgadvisory.cluster
+//
+// lists nothing that the harness started and did not remove.
+const ContainerLabel = "org.pgadvisory.cluster"
 
 // ContainerFile is a file written into a container before it starts.
 type ContainerFile struct {
@@ -127,22 +153,28 @@ const (
 	containerPGPort    = 5432
 	containerBouncerPt = 6432
 	containerConfigDir = "/etc/pgbouncer"
+	// containerUser runs the servers: the Debian packages and the official
+	// images all create it.
+	containerUser = "postgres"
+	// containerSetupDir holds the PostgreSQL container's pg_hba.conf and
+	// setup SQL.
+	containerSetupDir = "/etc/pgadvisory"
 )
 
-// dockerFiles is the configuration the Docker back end mounts into its
+// dockerFiles is the configuration the Docker back end writes into its
 // containers, rendered by the same code as the local back end's.
 type dockerFiles struct {
-	hba      string            // pg_hba.conf for PostgreSQL
-	initSQL  string            // run once by the postgres image's entrypoint
-	ini      map[Mode]string   // pgbouncer.ini per pool mode
-	userlist string            // PgBouncer's auth_file
-	env      map[string]string // environment of the postgres container
+	hba      string          // pg_hba.conf for PostgreSQL
+	initSQL  string          // run once, after initdb, by postgresScript
+	ini      map[Mode]string // pgbouncer.ini per pool mode
+	userlist string          // PgBouncer's auth_file
 }
 
 func renderDockerFiles(modes []Mode, widePool int, creds credentials) (dockerFiles, error) {
 	f := dockerFiles{ini: map[Mode]string{}}
 	// Only the containers' private network and Docker's port publishing
-	// reach PostgreSQL; the superuser is trusted from anywhere it can come.
+	// (on the host's loopback) reach PostgreSQL; the superuser is trusted
+	// from anywhere it can come.
 	f.hba = renderHBA(creds, "0.0.0.0/0", "0.0.0.0/0")
 	f.initSQL = strings.Join(setupSQL(creds), ";\n") + ";\n"
 	var err error
@@ -161,26 +193,45 @@ func renderDockerFiles(modes []Mode, widePool int, creds credentials) (dockerFil
 		}
 		f.ini[m] = ini
 	}
-	f.env = map[string]string{
-		"POSTGRES_USER":             creds.superuser,
-		"POSTGRES_HOST_AUTH_METHOD": "trust", // replaced by our hba_file once initialised
-		"POSTGRES_DB":               "postgres",
-	}
 	return f, nil
 }
 
-// postgresCommand is the postgres container's command line: our pg_hba.conf
-// and the same speed settings as the local back end.
+// postgresScript is the PostgreSQL container's shell script, what the
+// official image's entrypoint would do with our settings: on the first start
+// initdb (as $PGUSER, trusting everyone until our pg_hba.conf applies), then
+// the setup SQL through a server that listens on a unix socket only; on
+// every start exec postgres with the script's arguments. A restarted
+// container finds PG_VERSION and skips the set-up. Debian keeps the server
+// programs in /usr/lib/postgresql/VERSION/bin, off PATH.
+const postgresScript = `set -eu
+for d in /usr/lib/postgresql/*/bin; do
+	if [ -x "$d/initdb" ]; then PATH="$d:$PATH"; fi
+done
+export PATH
+data=/tmp/pgadvisory-data
+if [ ! -s "$data/PG_VERSION" ]; then
+	initdb -D "$data" -U "$PGUSER" -A trust -E UTF8 --locale=C --no-sync
+	pg_ctl -D "$data" -w -o "-c listen_addresses='' -c unix_socket_directories=/tmp" start
+	psql -X -q -v ON_ERROR_STOP=1 -h /tmp -d postgres -f ` + containerSetupDir + `/setup.sql
+	pg_ctl -D "$data" -w -m fast stop
+fi
+exec postgres -D "$data" "$@"
+`
+
+// postgresCommand is the postgres container's command line: postgresScript
+// with our pg_hba.conf and the same speed settings as the local back end.
 func postgresCommand() []string {
-	cmd := []string{"postgres", "-c", "hba_file=/etc/pgadvisory/pg_hba.conf", "-c", "listen_addresses=*"}
+	cmd := []string{"sh", "-c", postgresScript, "pgadvisory-postgres",
+		"-c", "hba_file=" + containerSetupDir + "/pg_hba.conf", "-c", "listen_addresses=*",
+		"-c", "unix_socket_directories=/tmp"}
 	for _, s := range serverSettings {
 		cmd = append(cmd, "-c", s)
 	}
 	return cmd
 }
 
-// containerSpec is the ContainerSpec of options o.
-func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
+// containerSpec is the ContainerSpec of options o, labelled with cluster id.
+func containerSpec(o *options, creds credentials, id string) (ContainerSpec, error) {
 	files, err := renderDockerFiles(o.modes, o.widePool, creds)
 	if err != nil {
 		return ContainerSpec{}, err
@@ -189,13 +240,19 @@ func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
 		PostgresImage: o.postgresImage, BouncerImage: o.bouncerImage,
 		PostgresAlias: postgresAlias,
 		PostgresPort:  containerPGPort, BouncerPort: containerBouncerPt,
+		User:            containerUser,
 		PostgresCommand: postgresCommand(),
-		PostgresEnv:     files.env,
+		// psql and initdb read PGUSER; LC_ALL keeps initdb's messages
+		// and the C locale independent of the image.
+		PostgresEnv:        map[string]string{"PGUSER": creds.superuser, "LC_ALL": "C"},
+		PostgresStopSignal: "SIGINT", // PostgreSQL's fast shutdown
+		BouncerCommand:     []string{"pgbouncer", containerConfigDir + "/pgbouncer.ini"},
 		PostgresFiles: []ContainerFile{
-			{Path: "/etc/pgadvisory/pg_hba.conf", Content: files.hba},
-			{Path: "/docker-entrypoint-initdb.d/pgadvisory.sql", Content: files.initSQL},
+			{Path: containerSetupDir + "/pg_hba.conf", Content: files.hba},
+			{Path: containerSetupDir + "/setup.sql", Content: files.initSQL},
 		},
 		BouncerFiles: map[Mode][]ContainerFile{},
+		Labels:       map[string]string{ContainerLabel: id},
 	}
 	for _, m := range o.modes {
 		spec.BouncerFiles[m] = []ContainerFile{
@@ -211,6 +268,7 @@ func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
 type dockerCluster struct {
 	creds credentials
 	modes []Mode
+	label string // ContainerLabel=value of this cluster
 	rc    RunningContainers
 }
 
@@ -218,7 +276,11 @@ func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds cre
 	if err := rt.Available(ctx); err != nil {
 		return nil, fmt.Errorf("pgbouncer: docker engine: %w", err)
 	}
-	spec, err := containerSpec(o, creds)
+	id, err := randomID()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := containerSpec(o, creds, id)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +288,7 @@ func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds cre
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: docker: %w", err)
 	}
-	dc := &dockerCluster{creds: creds, modes: o.modes, rc: rc}
+	dc := &dockerCluster{creds: creds, modes: o.modes, label: ContainerLabel + "=" + id, rc: rc}
 	defer func() {
 		if err != nil {
 			_ = dc.close()
@@ -238,6 +300,15 @@ func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds cre
 		}
 	}
 	return dc, nil
+}
+
+// randomID is a cluster's ContainerLabel value.
+func randomID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("pgbouncer: cluster id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // pollPing retries ping until it succeeds or ctx ends.
