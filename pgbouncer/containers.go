@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -168,25 +171,58 @@ type dockerFiles struct {
 	initSQL  string          // run once, after initdb, by postgresScript
 	ini      map[Mode]string // pgbouncer.ini per pool mode
 	userlist string          // PgBouncer's auth_file
+	tls      *tlsFiles       // WithTLS: the certificates; nil without
 }
 
-func renderDockerFiles(modes []Mode, widePool int, creds credentials) (dockerFiles, error) {
+// Where the TLS files are in the containers. PostgreSQL refuses a key that
+// others can read, and files written into a container belong to root:
+// postgresScript copies the key to containerPGKey, readable by postgres only.
+const (
+	containerPGKey       = "/tmp/pgadvisory-server.key"
+	containerBouncerCert = containerConfigDir + "/" + tlsCertFile
+	containerBouncerKey  = containerConfigDir + "/" + tlsKeyFile
+	containerBouncerCA   = containerConfigDir + "/" + tlsCAFile
+)
+
+func renderDockerFiles(modes []Mode, widePool int, creds credentials, level tlsLevel) (dockerFiles, error) {
 	f := dockerFiles{ini: map[Mode]string{}}
 	// Only the containers' private network and Docker's port publishing
 	// (on the host's loopback) reach PostgreSQL; the superuser is trusted
 	// from anywhere it can come.
-	f.hba = renderHBA(creds, "0.0.0.0/0", "0.0.0.0/0")
+	if level == tlsRequired {
+		f.hba = renderHBASSL(creds, "0.0.0.0/0", "0.0.0.0/0")
+	} else {
+		f.hba = renderHBA(creds, "0.0.0.0/0", "0.0.0.0/0")
+	}
 	f.initSQL = strings.Join(setupSQL(creds), ";\n") + ";\n"
 	var err error
 	if f.userlist, err = renderUserlist(creds); err != nil {
 		return f, err
+	}
+	var bt *bouncerTLS
+	if level != tlsOff {
+		// PgBouncer verifies PostgreSQL by its network alias; clients
+		// verify the published ports as 127.0.0.1.
+		t, err := generateTLS(postgresAlias)
+		if err != nil {
+			return f, err
+		}
+		f.tls = &t
+		bt = &bouncerTLS{
+			clientMode: "allow",
+			certFile:   containerBouncerCert, keyFile: containerBouncerKey, caFile: containerBouncerCA,
+			serverMode: "verify-full",
+		}
+		if level == tlsRequired {
+			bt.clientMode = "require"
+		}
 	}
 	for _, m := range modes {
 		ini, err := renderIni(bouncerConfig{
 			mode: m, serverHost: postgresAlias, serverPort: containerPGPort,
 			listenAddr: "0.0.0.0", listenPort: containerBouncerPt,
 			authFile: containerConfigDir + "/userlist.txt",
-			widePool: widePool, creds: creds,
+			widePool: widePool, creds: creds, tls: bt,
 		})
 		if err != nil {
 			return f, err
@@ -215,33 +251,44 @@ if [ ! -s "$data/PG_VERSION" ]; then
 	psql -X -q -v ON_ERROR_STOP=1 -h /tmp -d postgres -f ` + containerSetupDir + `/setup.sql
 	pg_ctl -D "$data" -w -m fast stop
 fi
+if [ -f ` + containerSetupDir + `/` + tlsKeyFile + ` ]; then
+	(umask 077 && cat ` + containerSetupDir + `/` + tlsKeyFile + ` >` + containerPGKey + `)
+fi
 exec postgres -D "$data" "$@"
 `
 
 // postgresCommand is the postgres container's command line: postgresScript
-// with our pg_hba.conf and the same speed settings as the local back end.
-func postgresCommand() []string {
+// with our pg_hba.conf and the same speed settings as the local back end,
+// and ssl=on with the copied key when withTLS.
+func postgresCommand(withTLS bool) []string {
 	cmd := []string{"sh", "-c", postgresScript, "pgadvisory-postgres",
 		"-c", "hba_file=" + containerSetupDir + "/pg_hba.conf", "-c", "listen_addresses=*",
 		"-c", "unix_socket_directories=/tmp"}
-	for _, s := range serverSettings {
+	settings := serverSettings
+	if withTLS {
+		settings = append(slices.Clone(settings), postgresTLSSettings(&bouncerTLS{
+			certFile: containerSetupDir + "/" + tlsCertFile, keyFile: containerPGKey,
+		})...)
+	}
+	for _, s := range settings {
 		cmd = append(cmd, "-c", s)
 	}
 	return cmd
 }
 
-// containerSpec is the ContainerSpec of options o, labelled with cluster id.
-func containerSpec(o *options, creds credentials, id string) (ContainerSpec, error) {
-	files, err := renderDockerFiles(o.modes, o.widePool, creds)
+// containerSpec is the ContainerSpec of options o, labelled with cluster id,
+// and the files it was rendered from.
+func containerSpec(o *options, creds credentials, id string) (ContainerSpec, dockerFiles, error) {
+	files, err := renderDockerFiles(o.modes, o.widePool, creds, o.tls)
 	if err != nil {
-		return ContainerSpec{}, err
+		return ContainerSpec{}, files, err
 	}
 	spec := ContainerSpec{
 		PostgresImage: o.postgresImage, BouncerImage: o.bouncerImage,
 		PostgresAlias: postgresAlias,
 		PostgresPort:  containerPGPort, BouncerPort: containerBouncerPt,
 		User:            containerUser,
-		PostgresCommand: postgresCommand(),
+		PostgresCommand: postgresCommand(files.tls != nil),
 		// psql and initdb read PGUSER; LC_ALL keeps initdb's messages
 		// and the C locale independent of the image.
 		PostgresEnv:        map[string]string{"PGUSER": creds.superuser, "LC_ALL": "C"},
@@ -260,7 +307,18 @@ func containerSpec(o *options, creds credentials, id string) (ContainerSpec, err
 			{Path: containerConfigDir + "/userlist.txt", Content: files.userlist},
 		}
 	}
-	return spec, nil
+	if t := files.tls; t != nil {
+		spec.PostgresFiles = append(spec.PostgresFiles,
+			ContainerFile{Path: containerSetupDir + "/" + tlsCertFile, Content: string(t.certPEM)},
+			ContainerFile{Path: containerSetupDir + "/" + tlsKeyFile, Content: string(t.keyPEM)})
+		for _, m := range o.modes {
+			spec.BouncerFiles[m] = append(spec.BouncerFiles[m],
+				ContainerFile{Path: containerBouncerCert, Content: string(t.certPEM)},
+				ContainerFile{Path: containerBouncerKey, Content: string(t.keyPEM)},
+				ContainerFile{Path: containerBouncerCA, Content: string(t.caPEM)})
+		}
+	}
+	return spec, files, nil
 }
 
 // dockerCluster is the Docker back end: containers of a ContainerRuntime,
@@ -270,6 +328,9 @@ type dockerCluster struct {
 	modes []Mode
 	label string // ContainerLabel=value of this cluster
 	rc    RunningContainers
+	// WithTLS: caDir is a temporary directory of the host holding
+	// caFile, the CA's PEM file; both "" without TLS.
+	caDir, caFile string
 }
 
 func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds credentials) (_ *dockerCluster, err error) {
@@ -280,15 +341,25 @@ func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds cre
 	if err != nil {
 		return nil, err
 	}
-	spec, err := containerSpec(o, creds, id)
+	spec, files, err := containerSpec(o, creds, id)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rt.Run(ctx, spec)
-	if err != nil {
+	dc := &dockerCluster{creds: creds, modes: o.modes, label: ContainerLabel + "=" + id}
+	if files.tls != nil {
+		if dc.caDir, err = os.MkdirTemp("", "pgadvisory-docker-tls-"); err != nil {
+			return nil, fmt.Errorf("pgbouncer: %w", err)
+		}
+		dc.caFile = filepath.Join(dc.caDir, tlsCAFile)
+		if err := os.WriteFile(dc.caFile, files.tls.caPEM, 0o644); err != nil {
+			_ = os.RemoveAll(dc.caDir)
+			return nil, fmt.Errorf("pgbouncer: %w", err)
+		}
+	}
+	if dc.rc, err = rt.Run(ctx, spec); err != nil {
+		_ = dc.close()
 		return nil, fmt.Errorf("pgbouncer: docker: %w", err)
 	}
-	dc := &dockerCluster{creds: creds, modes: o.modes, label: ContainerLabel + "=" + id, rc: rc}
 	defer func() {
 		if err != nil {
 			_ = dc.close()
@@ -333,7 +404,13 @@ func (dc *dockerCluster) pingBouncer(ctx context.Context, m Mode) error {
 	if !ok {
 		return fmt.Errorf("pgbouncer: the container runtime started no PgBouncer in %s mode", m)
 	}
-	return pollPing(ctx, dsn(dc.creds.appUser, dc.creds.appPassword, h, p, NarrowDatabase))
+	d := dsn(dc.creds.appUser, dc.creds.appPassword, h, p, NarrowDatabase)
+	if dc.caFile != "" {
+		// As the local back end: a PgBouncer whose TLS is broken is
+		// not ready.
+		d = withSSLMode(d, "require")
+	}
+	return pollPing(ctx, d)
 }
 
 func (dc *dockerCluster) postgresAddr() (string, int) { return dc.rc.PostgresAddr() }
@@ -373,8 +450,16 @@ func (dc *dockerCluster) logTail() string {
 }
 
 func (dc *dockerCluster) close() error {
-	if err := dc.rc.Close(); err != nil {
-		return fmt.Errorf("pgbouncer: close docker cluster: %w", err)
+	var errs []error
+	if dc.rc != nil {
+		if err := dc.rc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("pgbouncer: close docker cluster: %w", err))
+		}
 	}
-	return nil
+	if dc.caDir != "" {
+		if err := os.RemoveAll(dc.caDir); err != nil {
+			errs = append(errs, fmt.Errorf("pgbouncer: remove the CA's directory: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }

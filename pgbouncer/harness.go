@@ -43,7 +43,7 @@ type options struct {
 	logf    func(format string, args ...any)
 	// widePool is the pool size of WideDatabase.
 	widePool int
-	// tls is set by WithTLS and WithTLSRequired (local back end only).
+	// tls is set by WithTLS and WithTLSRequired.
 	tls tlsLevel
 
 	postgresImage, bouncerImage string
@@ -246,13 +246,14 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 			}
 		}
 	case BackendDocker:
-		if o.tls != tlsOff {
-			return nil, errors.New("pgbouncer: WithTLS is supported by the local back end only (set PGADVISORY_TEST_BACKEND=local or WithBackend(BackendLocal))")
-		}
 		if o.runtime == nil {
 			return nil, errNoRuntime
 		}
-		c.impl, err = startDocker(ctx, o, o.runtime, c.creds)
+		var dc *dockerCluster
+		dc, err = startDocker(ctx, o, o.runtime, c.creds)
+		if err == nil {
+			c.impl, c.caFile = dc, dc.caFile
+		}
 	}
 	if err != nil {
 		return nil, err
