@@ -66,15 +66,23 @@ fi
 command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
 [ "$(id -u)" -eq 0 ] || die "debootstrap needs root"
 rootfs=$(mktemp -d /tmp/pgadvisory-rootfs.XXXXXX)
-trap 'rm -rf "$rootfs"' EXIT
+# debootstrap mounts /proc and /sys inside the root file system while it
+# installs; should it stop half-way, unmount them before removing the tree,
+# and never cross into another file system.
+cleanup() {
+	local m
+	for m in $(awk -v r="$rootfs/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r); do
+		umount -l "$m" || true
+	done
+	rm -rf --one-file-system "$rootfs" "$rootfs.log"
+}
+trap cleanup EXIT
 say "debootstrap $suite from $mirror with $packages (a few minutes the first time)"
 start=$(date +%s)
 if ! debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1; then
 	tail -n 30 "$rootfs.log" >&2
-	rm -f "$rootfs.log"
 	die "debootstrap failed"
 fi
-rm -f "$rootfs.log"
 # The downloaded packages and apt's lists are not needed at run time.
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 say "importing $image"
