@@ -40,9 +40,9 @@ type ContainerRuntime interface {
 
 // ContainerSpec is what a ContainerRuntime runs. The command lines do all
 // of the set-up themselves (initdb, pg_hba.conf, the application role), so
-// any image with PostgreSQL's or PgBouncer's programs runs them, with or
-// without an entrypoint: the official images' entrypoints pass a command
-// line that is not "postgres" through unchanged.
+// an image needs only PostgreSQL's or PgBouncer's programs and a postgres
+// user, and no entrypoint; the postgres image's entrypoint execs a command
+// line that does not start with "postgres" as given.
 type ContainerSpec struct {
 	// PostgresImage and BouncerImage are the images (WithImages).
 	PostgresImage, BouncerImage string

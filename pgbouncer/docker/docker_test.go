@@ -53,13 +53,19 @@ func ping(ctx context.Context, dsn string) error {
 	return conn.Exec(ctx, "SELECT 1").Close()
 }
 
-// needEngine skips the test where no engine answers, or fails it under
-// PGADVISORY_REQUIRE_INTEGRATION=1; it also needs the docker command, whose
-// listings are the evidence of what is left behind.
+// needEngine runs the test only when the Docker back end is asked for
+// (PGADVISORY_TEST_BACKEND=docker, as make test-docker sets it, with the
+// images it built): elsewhere an engine may answer with no registry behind
+// it. It fails the test where no engine answers under
+// PGADVISORY_REQUIRE_INTEGRATION=1, else skips it; it also needs the docker
+// command, whose listings are the evidence of what is left behind.
 func needEngine(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short")
+	}
+	if b := os.Getenv(pgbouncer.BackendEnv); b != string(pgbouncer.BackendDocker) {
+		t.Skipf("%s=%q: the Docker back end's tests run with %s=docker (make test-docker)", pgbouncer.BackendEnv, b, pgbouncer.BackendEnv)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
