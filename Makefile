@@ -9,7 +9,7 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck release-check lab examples
+.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck release-check lab examples
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ demo: lab ## the main job: double payments through PgBouncer, then pgadvisory pr
 
 test: ## unit and integration tests of every module (starts PostgreSQL and PgBouncer through the harness)
 	@$(call each,$(GO) test $(GOFLAGS) $(TESTFLAGS) -race -count=1 -shuffle=on -timeout $(TIMEOUT) ./...)
+
+test-docker: ## integration tests on the Docker back end with a locally built Debian image (needs a Docker engine; see docs/docker.md)
+	GO=$(GO) TIMEOUT=$(TIMEOUT) TESTFLAGS="$(TESTFLAGS)" bash scripts/test-docker.sh
 
 test-nocgo: ## lockscan and advisory built without cgo (the WebAssembly parser): the same results as with cgo
 	CGO_ENABLED=0 $(GO) test $(GOFLAGS) $(TESTFLAGS) -count=1 -timeout 40m ./lockscan/... ./advisory/...

@@ -1,12 +1,12 @@
 package pgbouncer
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -83,7 +83,7 @@ func TestRenderUserlist(t *testing.T) {
 }
 
 func TestDockerFiles(t *testing.T) {
-	f, err := renderDockerFiles([]Mode{Transaction, Statement}, WidePoolSize, defaultCredentials)
+	f, err := renderDockerFiles([]Mode{Transaction, Statement}, WidePoolSize, defaultCredentials, tlsOff)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestDockerFiles(t *testing.T) {
 	if !strings.Contains(f.hba, "host all all 0.0.0.0/0 scram-sha-256") {
 		t.Errorf("hba = %q", f.hba)
 	}
-	cmd := strings.Join(postgresCommand(), " ")
+	cmd := strings.Join(postgresCommand(false), " ")
 	if !strings.Contains(cmd, "hba_file=/etc/pgadvisory/pg_hba.conf") || !strings.Contains(cmd, "fsync=off") {
 		t.Errorf("postgres command = %q", cmd)
 	}
@@ -332,13 +332,56 @@ func TestGenerateTLS(t *testing.T) {
 	}
 }
 
-// TLS is local-only: the Docker back end refuses it at once, before it
-// looks for an engine.
-func TestTLSDockerRefused(t *testing.T) {
-	for _, opt := range []Option{WithTLS(), WithTLSRequired()} {
-		_, err := Start(context.Background(), WithBackend(BackendDocker), opt)
-		if err == nil || !strings.Contains(err.Error(), "local back end only") {
-			t.Fatalf("Start(docker, TLS) = %v, want the local-only error", err)
+// With TLS the Docker back end's containers get the certificates: PostgreSQL
+// runs with ssl=on and the key its script copies, PgBouncer verifies it by its
+// network alias, and WithTLSRequired refuses plaintext in pg_hba.conf and
+// PgBouncer; the CA's file is on the host for CAFile.
+func TestDockerTLSSpec(t *testing.T) {
+	for _, level := range []tlsLevel{tlsAllow, tlsRequired} {
+		o, err := buildOptions([]Option{WithModes(Session)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.tls = level
+		spec, files, err := containerSpec(o, defaultCredentials, "id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files.tls == nil {
+			t.Fatalf("level %d: no certificates", level)
+		}
+		cmd := strings.Join(spec.PostgresCommand, " ")
+		for _, want := range []string{"ssl=on", "ssl_cert_file=/etc/pgadvisory/server.crt", "ssl_key_file=/tmp/pgadvisory-server.key", "umask 077"} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("postgres command lacks %q: %s", want, cmd)
+			}
+		}
+		ini := files.ini[Session]
+		clientMode := map[tlsLevel]string{tlsAllow: "allow", tlsRequired: "require"}[level]
+		for _, want := range []string{"client_tls_sslmode = " + clientMode + "\n", "server_tls_sslmode = verify-full\n", "server_tls_ca_file = /etc/pgbouncer/ca.crt\n"} {
+			if !strings.Contains(ini, want) {
+				t.Errorf("ini lacks %q:\n%s", want, ini)
+			}
+		}
+		if got := strings.Contains(files.hba, "hostssl all all 0.0.0.0/0 scram-sha-256"); got != (level == tlsRequired) {
+			t.Errorf("level %d: hostssl line %v:\n%s", level, got, files.hba)
+		}
+		var paths []string
+		for _, f := range append(spec.PostgresFiles, spec.BouncerFiles[Session]...) {
+			paths = append(paths, f.Path)
+		}
+		for _, want := range []string{"/etc/pgadvisory/server.crt", "/etc/pgadvisory/server.key", "/etc/pgbouncer/server.crt", "/etc/pgbouncer/server.key", "/etc/pgbouncer/ca.crt"} {
+			if !slices.Contains(paths, want) {
+				t.Errorf("no %s among %q", want, paths)
+			}
+		}
+		block, _ := pem.Decode(files.tls.certPEM)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cert.VerifyHostname("postgres"); err != nil {
+			t.Errorf("the certificate does not name PostgreSQL's alias: %v", err)
 		}
 	}
 }

@@ -2,8 +2,13 @@ package pgbouncer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +38,11 @@ type ContainerRuntime interface {
 	Run(ctx context.Context, spec ContainerSpec) (RunningContainers, error)
 }
 
-// ContainerSpec is what a ContainerRuntime runs.
+// ContainerSpec is what a ContainerRuntime runs. The command lines do all
+// of the set-up themselves (initdb, pg_hba.conf, the application role), so
+// an image needs only PostgreSQL's or PgBouncer's programs and a postgres
+// user, and no entrypoint; the postgres image's entrypoint execs a command
+// line that does not start with "postgres" as given.
 type ContainerSpec struct {
 	// PostgresImage and BouncerImage are the images (WithImages).
 	PostgresImage, BouncerImage string
@@ -42,15 +51,35 @@ type ContainerSpec struct {
 	// PostgresPort and BouncerPort are the ports the servers listen on
 	// inside their containers.
 	PostgresPort, BouncerPort int
+	// User runs every container's command (initdb and pgbouncer refuse
+	// root).
+	User string
 	// PostgresCommand is the PostgreSQL container's command line and
-	// PostgresEnv its environment.
-	PostgresCommand []string
-	PostgresEnv     map[string]string
+	// PostgresEnv its environment; PostgresStopSignal stops it with a fast
+	// shutdown.
+	PostgresCommand    []string
+	PostgresEnv        map[string]string
+	PostgresStopSignal string
+	// BouncerCommand is every PgBouncer container's command line.
+	BouncerCommand []string
 	// PostgresFiles are written into the PostgreSQL container before it
 	// starts; BouncerFiles, per pool mode, into that mode's PgBouncer.
 	PostgresFiles []ContainerFile
 	BouncerFiles  map[Mode][]ContainerFile
+	// Labels go on everything the runtime creates (containers, network),
+	// so that what a cluster left behind can be listed: ContainerLabel
+	// with the cluster's own value.
+	Labels map[string]string
 }
+
+// ContainerLabel is the label the Docker back end puts on the containers and
+// the network of a cluster; its value is unique to the cluster
+// (Cluster.ContainerLabel). After Close,
+//
+//	docker ps -a --filter label=org.pgadvisory.cluster
+//
+// lists nothing that the harness started and did not remove.
+const ContainerLabel = "org.pgadvisory.cluster"
 
 // ContainerFile is a file written into a container before it starts.
 type ContainerFile struct {
@@ -127,75 +156,150 @@ const (
 	containerPGPort    = 5432
 	containerBouncerPt = 6432
 	containerConfigDir = "/etc/pgbouncer"
+	// containerUser runs the servers: the Debian packages and the official
+	// images all create it.
+	containerUser = "postgres"
+	// containerSetupDir holds the PostgreSQL container's pg_hba.conf and
+	// setup SQL.
+	containerSetupDir = "/etc/pgadvisory"
 )
 
-// dockerFiles is the configuration the Docker back end mounts into its
+// dockerFiles is the configuration the Docker back end writes into its
 // containers, rendered by the same code as the local back end's.
 type dockerFiles struct {
-	hba      string            // pg_hba.conf for PostgreSQL
-	initSQL  string            // run once by the postgres image's entrypoint
-	ini      map[Mode]string   // pgbouncer.ini per pool mode
-	userlist string            // PgBouncer's auth_file
-	env      map[string]string // environment of the postgres container
+	hba      string          // pg_hba.conf for PostgreSQL
+	initSQL  string          // run once, after initdb, by postgresScript
+	ini      map[Mode]string // pgbouncer.ini per pool mode
+	userlist string          // PgBouncer's auth_file
+	tls      *tlsFiles       // WithTLS: the certificates; nil without
 }
 
-func renderDockerFiles(modes []Mode, widePool int, creds credentials) (dockerFiles, error) {
+// Where the TLS files are in the containers. PostgreSQL refuses a key that
+// others can read, and files written into a container belong to root:
+// postgresScript copies the key to containerPGKey, readable by postgres only.
+const (
+	containerPGKey       = "/tmp/pgadvisory-server.key"
+	containerBouncerCert = containerConfigDir + "/" + tlsCertFile
+	containerBouncerKey  = containerConfigDir + "/" + tlsKeyFile
+	containerBouncerCA   = containerConfigDir + "/" + tlsCAFile
+)
+
+func renderDockerFiles(modes []Mode, widePool int, creds credentials, level tlsLevel) (dockerFiles, error) {
 	f := dockerFiles{ini: map[Mode]string{}}
 	// Only the containers' private network and Docker's port publishing
-	// reach PostgreSQL; the superuser is trusted from anywhere it can come.
-	f.hba = renderHBA(creds, "0.0.0.0/0", "0.0.0.0/0")
+	// (on the host's loopback) reach PostgreSQL; the superuser is trusted
+	// from anywhere it can come.
+	if level == tlsRequired {
+		f.hba = renderHBASSL(creds, "0.0.0.0/0", "0.0.0.0/0")
+	} else {
+		f.hba = renderHBA(creds, "0.0.0.0/0", "0.0.0.0/0")
+	}
 	f.initSQL = strings.Join(setupSQL(creds), ";\n") + ";\n"
 	var err error
 	if f.userlist, err = renderUserlist(creds); err != nil {
 		return f, err
+	}
+	var bt *bouncerTLS
+	if level != tlsOff {
+		// PgBouncer verifies PostgreSQL by its network alias; clients
+		// verify the published ports as 127.0.0.1.
+		t, err := generateTLS(postgresAlias)
+		if err != nil {
+			return f, err
+		}
+		f.tls = &t
+		bt = &bouncerTLS{
+			clientMode: "allow",
+			certFile:   containerBouncerCert, keyFile: containerBouncerKey, caFile: containerBouncerCA,
+			serverMode: "verify-full",
+		}
+		if level == tlsRequired {
+			bt.clientMode = "require"
+		}
 	}
 	for _, m := range modes {
 		ini, err := renderIni(bouncerConfig{
 			mode: m, serverHost: postgresAlias, serverPort: containerPGPort,
 			listenAddr: "0.0.0.0", listenPort: containerBouncerPt,
 			authFile: containerConfigDir + "/userlist.txt",
-			widePool: widePool, creds: creds,
+			widePool: widePool, creds: creds, tls: bt,
 		})
 		if err != nil {
 			return f, err
 		}
 		f.ini[m] = ini
 	}
-	f.env = map[string]string{
-		"POSTGRES_USER":             creds.superuser,
-		"POSTGRES_HOST_AUTH_METHOD": "trust", // replaced by our hba_file once initialised
-		"POSTGRES_DB":               "postgres",
-	}
 	return f, nil
 }
 
-// postgresCommand is the postgres container's command line: our pg_hba.conf
-// and the same speed settings as the local back end.
-func postgresCommand() []string {
-	cmd := []string{"postgres", "-c", "hba_file=/etc/pgadvisory/pg_hba.conf", "-c", "listen_addresses=*"}
-	for _, s := range serverSettings {
+// postgresScript is the PostgreSQL container's shell script, what the
+// official image's entrypoint would do with our settings: on the first start
+// initdb (as $PGUSER, trusting everyone until our pg_hba.conf applies), then
+// the setup SQL through a server that listens on a unix socket only; on
+// every start exec postgres with the script's arguments. A restarted
+// container finds PG_VERSION and skips the set-up. Debian keeps the server
+// programs in /usr/lib/postgresql/VERSION/bin, off PATH.
+const postgresScript = `set -eu
+for d in /usr/lib/postgresql/*/bin; do
+	if [ -x "$d/initdb" ]; then PATH="$d:$PATH"; fi
+done
+export PATH
+data=/tmp/pgadvisory-data
+if [ ! -s "$data/PG_VERSION" ]; then
+	initdb -D "$data" -U "$PGUSER" -A trust -E UTF8 --locale=C --no-sync
+	pg_ctl -D "$data" -w -o "-c listen_addresses='' -c unix_socket_directories=/tmp" start
+	psql -X -q -v ON_ERROR_STOP=1 -h /tmp -d postgres -f ` + containerSetupDir + `/setup.sql
+	pg_ctl -D "$data" -w -m fast stop
+fi
+if [ -f ` + containerSetupDir + `/` + tlsKeyFile + ` ]; then
+	(umask 077 && cat ` + containerSetupDir + `/` + tlsKeyFile + ` >` + containerPGKey + `)
+fi
+exec postgres -D "$data" "$@"
+`
+
+// postgresCommand is the postgres container's command line: postgresScript
+// with our pg_hba.conf and the same speed settings as the local back end,
+// and ssl=on with the copied key when withTLS.
+func postgresCommand(withTLS bool) []string {
+	cmd := []string{"sh", "-c", postgresScript, "pgadvisory-postgres",
+		"-c", "hba_file=" + containerSetupDir + "/pg_hba.conf", "-c", "listen_addresses=*",
+		"-c", "unix_socket_directories=/tmp"}
+	settings := serverSettings
+	if withTLS {
+		settings = append(slices.Clone(settings), postgresTLSSettings(&bouncerTLS{
+			certFile: containerSetupDir + "/" + tlsCertFile, keyFile: containerPGKey,
+		})...)
+	}
+	for _, s := range settings {
 		cmd = append(cmd, "-c", s)
 	}
 	return cmd
 }
 
-// containerSpec is the ContainerSpec of options o.
-func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
-	files, err := renderDockerFiles(o.modes, o.widePool, creds)
+// containerSpec is the ContainerSpec of options o, labelled with cluster id,
+// and the files it was rendered from.
+func containerSpec(o *options, creds credentials, id string) (ContainerSpec, dockerFiles, error) {
+	files, err := renderDockerFiles(o.modes, o.widePool, creds, o.tls)
 	if err != nil {
-		return ContainerSpec{}, err
+		return ContainerSpec{}, files, err
 	}
 	spec := ContainerSpec{
 		PostgresImage: o.postgresImage, BouncerImage: o.bouncerImage,
 		PostgresAlias: postgresAlias,
 		PostgresPort:  containerPGPort, BouncerPort: containerBouncerPt,
-		PostgresCommand: postgresCommand(),
-		PostgresEnv:     files.env,
+		User:            containerUser,
+		PostgresCommand: postgresCommand(files.tls != nil),
+		// psql and initdb read PGUSER; LC_ALL keeps initdb's messages
+		// and the C locale independent of the image.
+		PostgresEnv:        map[string]string{"PGUSER": creds.superuser, "LC_ALL": "C"},
+		PostgresStopSignal: "SIGINT", // PostgreSQL's fast shutdown
+		BouncerCommand:     []string{"pgbouncer", containerConfigDir + "/pgbouncer.ini"},
 		PostgresFiles: []ContainerFile{
-			{Path: "/etc/pgadvisory/pg_hba.conf", Content: files.hba},
-			{Path: "/docker-entrypoint-initdb.d/pgadvisory.sql", Content: files.initSQL},
+			{Path: containerSetupDir + "/pg_hba.conf", Content: files.hba},
+			{Path: containerSetupDir + "/setup.sql", Content: files.initSQL},
 		},
 		BouncerFiles: map[Mode][]ContainerFile{},
+		Labels:       map[string]string{ContainerLabel: id},
 	}
 	for _, m := range o.modes {
 		spec.BouncerFiles[m] = []ContainerFile{
@@ -203,7 +307,18 @@ func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
 			{Path: containerConfigDir + "/userlist.txt", Content: files.userlist},
 		}
 	}
-	return spec, nil
+	if t := files.tls; t != nil {
+		spec.PostgresFiles = append(spec.PostgresFiles,
+			ContainerFile{Path: containerSetupDir + "/" + tlsCertFile, Content: string(t.certPEM)},
+			ContainerFile{Path: containerSetupDir + "/" + tlsKeyFile, Content: string(t.keyPEM)})
+		for _, m := range o.modes {
+			spec.BouncerFiles[m] = append(spec.BouncerFiles[m],
+				ContainerFile{Path: containerBouncerCert, Content: string(t.certPEM)},
+				ContainerFile{Path: containerBouncerKey, Content: string(t.keyPEM)},
+				ContainerFile{Path: containerBouncerCA, Content: string(t.caPEM)})
+		}
+	}
+	return spec, files, nil
 }
 
 // dockerCluster is the Docker back end: containers of a ContainerRuntime,
@@ -211,22 +326,40 @@ func containerSpec(o *options, creds credentials) (ContainerSpec, error) {
 type dockerCluster struct {
 	creds credentials
 	modes []Mode
+	label string // ContainerLabel=value of this cluster
 	rc    RunningContainers
+	// WithTLS: caDir is a temporary directory of the host holding
+	// caFile, the CA's PEM file; both "" without TLS.
+	caDir, caFile string
 }
 
 func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds credentials) (_ *dockerCluster, err error) {
 	if err := rt.Available(ctx); err != nil {
 		return nil, fmt.Errorf("pgbouncer: docker engine: %w", err)
 	}
-	spec, err := containerSpec(o, creds)
+	id, err := randomID()
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rt.Run(ctx, spec)
+	spec, files, err := containerSpec(o, creds, id)
 	if err != nil {
+		return nil, err
+	}
+	dc := &dockerCluster{creds: creds, modes: o.modes, label: ContainerLabel + "=" + id}
+	if files.tls != nil {
+		if dc.caDir, err = os.MkdirTemp("", "pgadvisory-docker-tls-"); err != nil {
+			return nil, fmt.Errorf("pgbouncer: %w", err)
+		}
+		dc.caFile = filepath.Join(dc.caDir, tlsCAFile)
+		if err := os.WriteFile(dc.caFile, files.tls.caPEM, 0o644); err != nil {
+			_ = os.RemoveAll(dc.caDir)
+			return nil, fmt.Errorf("pgbouncer: %w", err)
+		}
+	}
+	if dc.rc, err = rt.Run(ctx, spec); err != nil {
+		_ = dc.close()
 		return nil, fmt.Errorf("pgbouncer: docker: %w", err)
 	}
-	dc := &dockerCluster{creds: creds, modes: o.modes, rc: rc}
 	defer func() {
 		if err != nil {
 			_ = dc.close()
@@ -238,6 +371,15 @@ func startDocker(ctx context.Context, o *options, rt ContainerRuntime, creds cre
 		}
 	}
 	return dc, nil
+}
+
+// randomID is a cluster's ContainerLabel value.
+func randomID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("pgbouncer: cluster id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // pollPing retries ping until it succeeds or ctx ends.
@@ -262,7 +404,13 @@ func (dc *dockerCluster) pingBouncer(ctx context.Context, m Mode) error {
 	if !ok {
 		return fmt.Errorf("pgbouncer: the container runtime started no PgBouncer in %s mode", m)
 	}
-	return pollPing(ctx, dsn(dc.creds.appUser, dc.creds.appPassword, h, p, NarrowDatabase))
+	d := dsn(dc.creds.appUser, dc.creds.appPassword, h, p, NarrowDatabase)
+	if dc.caFile != "" {
+		// As the local back end: a PgBouncer whose TLS is broken is
+		// not ready.
+		d = withSSLMode(d, "require")
+	}
+	return pollPing(ctx, d)
 }
 
 func (dc *dockerCluster) postgresAddr() (string, int) { return dc.rc.PostgresAddr() }
@@ -302,8 +450,16 @@ func (dc *dockerCluster) logTail() string {
 }
 
 func (dc *dockerCluster) close() error {
-	if err := dc.rc.Close(); err != nil {
-		return fmt.Errorf("pgbouncer: close docker cluster: %w", err)
+	var errs []error
+	if dc.rc != nil {
+		if err := dc.rc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("pgbouncer: close docker cluster: %w", err))
+		}
 	}
-	return nil
+	if dc.caDir != "" {
+		if err := os.RemoveAll(dc.caDir); err != nil {
+			errs = append(errs, fmt.Errorf("pgbouncer: remove the CA's directory: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }

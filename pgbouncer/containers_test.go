@@ -91,6 +91,7 @@ func TestDockerNotLinked(t *testing.T) {
 // The registered runtime (or WithContainerRuntime's) gets the rendered
 // configuration; its errors come back from Start.
 func TestContainerSpec(t *testing.T) {
+	t.Setenv(ImagesEnv, "") // the defaults, not make test-docker's image
 	reg := &fakeRuntime{}
 	withRegistered(t, reg)
 	_, err := Start(context.Background(), WithBackend(BackendDocker), WithModes(Statement, Transaction))
@@ -116,8 +117,14 @@ func TestContainerSpec(t *testing.T) {
 	if !slices.Contains(spec.PostgresCommand, "hba_file=/etc/pgadvisory/pg_hba.conf") {
 		t.Errorf("postgres command = %q", spec.PostgresCommand)
 	}
-	if spec.PostgresEnv["POSTGRES_USER"] != defaultCredentials.superuser {
-		t.Errorf("postgres env = %v", spec.PostgresEnv)
+	if spec.PostgresEnv["PGUSER"] != defaultCredentials.superuser || spec.User != "postgres" || spec.PostgresStopSignal != "SIGINT" {
+		t.Errorf("postgres env = %v, user %q, stop signal %q", spec.PostgresEnv, spec.User, spec.PostgresStopSignal)
+	}
+	if !slices.Equal(spec.BouncerCommand, []string{"pgbouncer", "/etc/pgbouncer/pgbouncer.ini"}) {
+		t.Errorf("pgbouncer command = %q", spec.BouncerCommand)
+	}
+	if id := spec.Labels[ContainerLabel]; len(id) != 16 {
+		t.Errorf("labels = %v, want a 16-digit cluster id under %s", spec.Labels, ContainerLabel)
 	}
 	paths := func(files []ContainerFile) (ps []string) {
 		for _, f := range files {
@@ -128,7 +135,7 @@ func TestContainerSpec(t *testing.T) {
 		}
 		return ps
 	}
-	if got := paths(spec.PostgresFiles); !slices.Equal(got, []string{"/etc/pgadvisory/pg_hba.conf", "/docker-entrypoint-initdb.d/pgadvisory.sql"}) {
+	if got := paths(spec.PostgresFiles); !slices.Equal(got, []string{"/etc/pgadvisory/pg_hba.conf", "/etc/pgadvisory/setup.sql"}) {
 		t.Errorf("postgres files = %q", got)
 	}
 	if len(spec.BouncerFiles) != 2 {
@@ -159,6 +166,9 @@ func TestDockerClusterOverRuntime(t *testing.T) {
 	if c.Backend() != BackendDocker || !slices.Equal(c.Modes(), []Mode{Transaction}) {
 		t.Fatalf("Backend %q, Modes %v", c.Backend(), c.Modes())
 	}
+	if want := ContainerLabel + "=" + f.specs[0].Labels[ContainerLabel]; c.ContainerLabel() != want || local.ContainerLabel() != "" {
+		t.Fatalf("ContainerLabel = %q (local: %q), want %q", c.ContainerLabel(), local.ContainerLabel(), want)
+	}
 	if c.DSN(Transaction) != local.DSN(Transaction) || c.DirectDSN() != local.DirectDSN() {
 		t.Fatalf("DSNs differ from the runtime's addresses: %s vs %s", c.DSN(Transaction), local.DSN(Transaction))
 	}
@@ -182,5 +192,29 @@ func TestDockerClusterOverRuntime(t *testing.T) {
 	}
 	if err := c.Close(); err != nil || f.closed != 1 {
 		t.Fatalf("Close = %v, runtime closed %d times", err, f.closed)
+	}
+}
+
+// PGADVISORY_TEST_IMAGES sets the images as WithImages would: one image
+// for both servers, or two separated by a comma; WithImages overrides it.
+func TestImagesEnv(t *testing.T) {
+	for _, tc := range []struct{ env, pg, bouncer string }{
+		{"local/both:1", "local/both:1", "local/both:1"},
+		{"pg:15, bouncer:1.18", "pg:15", "bouncer:1.18"},
+	} {
+		t.Setenv(ImagesEnv, tc.env)
+		o, err := buildOptions(nil)
+		if err != nil || o.postgresImage != tc.pg || o.bouncerImage != tc.bouncer {
+			t.Errorf("%s=%q: images %q, %q, %v; want %q, %q", ImagesEnv, tc.env, o.postgresImage, o.bouncerImage, err, tc.pg, tc.bouncer)
+		}
+	}
+	if o, err := buildOptions([]Option{WithImages("a", "b")}); err != nil || o.postgresImage != "a" || o.bouncerImage != "b" {
+		t.Errorf("WithImages under %s: %q, %q, %v", ImagesEnv, o.postgresImage, o.bouncerImage, err)
+	}
+	for _, bad := range []string{"a,b,c", "a,", ",b"} {
+		t.Setenv(ImagesEnv, bad)
+		if _, err := buildOptions(nil); err == nil || !strings.Contains(err.Error(), ImagesEnv) {
+			t.Errorf("%s=%q accepted or error without the variable's name: %v", ImagesEnv, bad, err)
+		}
 	}
 }

@@ -36,8 +36,8 @@
 // with client TLS (and TLS to PostgreSQL, verified against the CA). The
 // returned DSNs keep sslmode=disable and still work; set sslmode=require, or
 // verify-full with sslrootcert=Cluster.CAFile(). WithTLSRequired also refuses
-// plaintext to the application user and the admin console. TLS is offered by
-// the local back end only.
+// plaintext to the application user and the admin console. Both back ends
+// offer TLS.
 //
 // # In tests
 //

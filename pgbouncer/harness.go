@@ -43,7 +43,7 @@ type options struct {
 	logf    func(format string, args ...any)
 	// widePool is the pool size of WideDatabase.
 	widePool int
-	// tls is set by WithTLS and WithTLSRequired (local back end only).
+	// tls is set by WithTLS and WithTLSRequired.
 	tls tlsLevel
 
 	postgresImage, bouncerImage string
@@ -126,6 +126,29 @@ func WithImages(postgres, pgbouncer string) Option {
 	}
 }
 
+// ImagesEnv is the environment variable that sets the Docker back end's
+// images when no WithImages option is given, as WithImages would:
+// "POSTGRES_IMAGE,PGBOUNCER_IMAGE", or one image holding both servers.
+// make test-docker sets it to the image scripts/docker-images.sh builds.
+const ImagesEnv = "PGADVISORY_TEST_IMAGES"
+
+// imagesFromEnv is the WithImages of ImagesEnv's value v.
+func imagesFromEnv(v string) Option {
+	pg, bouncer, two := strings.Cut(v, ",")
+	if !two {
+		bouncer = pg
+	}
+	return func(o *options) error {
+		if strings.Contains(bouncer, ",") {
+			return fmt.Errorf("pgbouncer: %s=%q: want POSTGRES_IMAGE,PGBOUNCER_IMAGE or one image", ImagesEnv, v)
+		}
+		if err := WithImages(strings.TrimSpace(pg), strings.TrimSpace(bouncer))(o); err != nil {
+			return fmt.Errorf("%w (from %s=%q)", err, ImagesEnv, v)
+		}
+		return nil
+	}
+}
+
 // Default container images of the Docker back end.
 const (
 	DefaultPostgresImage  = "postgres:16-alpine"
@@ -148,6 +171,11 @@ func buildOptions(opts []Option) (*options, error) {
 		}
 	} else {
 		o.backend = BackendAuto
+	}
+	if env := os.Getenv(ImagesEnv); env != "" {
+		if err := imagesFromEnv(env)(o); err != nil {
+			return nil, err
+		}
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -218,13 +246,14 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 			}
 		}
 	case BackendDocker:
-		if o.tls != tlsOff {
-			return nil, errors.New("pgbouncer: WithTLS is supported by the local back end only (set PGADVISORY_TEST_BACKEND=local or WithBackend(BackendLocal))")
-		}
 		if o.runtime == nil {
 			return nil, errNoRuntime
 		}
-		c.impl, err = startDocker(ctx, o, o.runtime, c.creds)
+		var dc *dockerCluster
+		dc, err = startDocker(ctx, o, o.runtime, c.creds)
+		if err == nil {
+			c.impl, c.caFile = dc, dc.caFile
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -252,6 +281,17 @@ func chooseBackend(ctx context.Context, rt ContainerRuntime) (Backend, error) {
 
 // Backend reports which back end runs the cluster.
 func (c *Cluster) Backend() Backend { return c.backend }
+
+// ContainerLabel returns the label filter (ContainerLabel=value, as
+// `docker ps --filter label=...` takes it) that matches the containers and
+// the network of this cluster, or "" when the cluster does not run on the
+// Docker back end.
+func (c *Cluster) ContainerLabel() string {
+	if dc, ok := c.impl.(*dockerCluster); ok {
+		return dc.label
+	}
+	return ""
+}
 
 // Modes lists the pool modes with a PgBouncer in this cluster.
 func (c *Cluster) Modes() []Mode {

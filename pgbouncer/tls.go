@@ -38,8 +38,9 @@ const (
 // with sslrootcert=CAFile(), to a DSN to use TLS. See WithTLSRequired to
 // refuse plaintext.
 //
-// TLS is offered by the local back end only: with the Docker back end Start
-// returns an error.
+// The Docker back end writes the certificates into its containers (naming
+// also PostgreSQL's network alias, which PgBouncer verifies) and the CA into
+// a temporary directory of the host for CAFile.
 func WithTLS() Option {
 	return func(o *options) error {
 		if o.tls < tlsAllow {
@@ -53,7 +54,7 @@ func WithTLS() Option {
 // user and the admin console: PgBouncer runs with client_tls_sslmode=require,
 // and PostgreSQL's pg_hba.conf accepts the application user only on hostssl
 // lines. The superuser (SuperuserDSN) stays trusted over plaintext for setup
-// and fault injection. Local back end only, like WithTLS.
+// and fault injection. Both back ends offer it, like WithTLS.
 func WithTLSRequired() Option {
 	return func(o *options) error {
 		o.tls = tlsRequired
@@ -75,8 +76,9 @@ type tlsFiles struct {
 }
 
 // generateTLS makes a throwaway CA and a server certificate for the
-// loopback, valid from an hour ago (clock skew) for a day.
-func generateTLS() (tlsFiles, error) {
+// loopback and the host names hosts, valid from an hour ago (clock skew) for
+// a day.
+func generateTLS(hosts ...string) (tlsFiles, error) {
 	var f tlsFiles
 	now := time.Now()
 	serial := func() (*big.Int, error) { return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)) }
@@ -123,7 +125,7 @@ func generateTLS() (tlsFiles, error) {
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
+		DNSNames:     append([]string{"localhost"}, hosts...),
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &key.PublicKey, caKey)

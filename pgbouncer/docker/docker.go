@@ -17,10 +17,16 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	dockernet "github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -37,27 +43,61 @@ type Runtime struct{}
 
 var _ pgbouncer.ContainerRuntime = Runtime{}
 
-// Available reports whether a Docker engine answers within five seconds.
+// Available reports whether a Docker engine answers within five seconds. Its
+// error names the engine it tried (DOCKER_HOST, or the default socket) and
+// what to do.
 func (Runtime) Available(ctx context.Context) (err error) {
 	defer func() {
 		// testcontainers-go has panicked on broken Docker set-ups.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("docker provider panicked: %v", r)
 		}
+		if err != nil {
+			err = fmt.Errorf("no Docker engine answers at %s: %w (start dockerd, or point DOCKER_HOST at a running engine)", engineAddr(), err)
+		}
 	}()
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if os.Getenv("DOCKER_HOST") != "" {
+		// testcontainers-go falls back to the default socket when
+		// DOCKER_HOST does not answer: a user who named an engine must
+		// get that engine or an error, never another engine silently.
+		if err := pingEnvHost(hctx); err != nil {
+			return err
+		}
+	}
 	p, err := testcontainers.ProviderDefault.GetProvider()
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	return p.Health(hctx)
 }
 
-// Run starts spec's containers. It waits for PostgreSQL's second "ready"
-// line (the postgres image restarts the server once after running its
-// initialisation scripts) and for every PgBouncer's listening port.
+// pingEnvHost pings the engine of DOCKER_HOST (and DOCKER_TLS_VERIFY,
+// DOCKER_CERT_PATH, DOCKER_API_VERSION), as the docker command would.
+func pingEnvHost(ctx context.Context) error {
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	_, err = cli.Ping(ctx, client.PingOptions{})
+	return err
+}
+
+// engineAddr names the engine testcontainers-go dials, for error messages.
+func engineAddr() string {
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		return h + " (DOCKER_HOST)"
+	}
+	return "the default engine (docker context, or unix:///var/run/docker.sock)"
+}
+
+// Run starts spec's containers, labelled with spec.Labels, their ports
+// published on 127.0.0.1. It waits for PostgreSQL's second "ready" line
+// (the command line's set-up runs a first server on a unix socket only) and
+// for every PgBouncer's "process up" line.
 func (Runtime) Run(ctx context.Context, spec pgbouncer.ContainerSpec) (_ pgbouncer.RunningContainers, err error) {
 	rc := &containers{bouncers: map[pgbouncer.Mode]*testcontainers.DockerContainer{}, spec: spec}
 	defer func() {
@@ -65,40 +105,95 @@ func (Runtime) Run(ctx context.Context, spec pgbouncer.ContainerSpec) (_ pgbounc
 			_ = rc.Close()
 		}
 	}()
-	if rc.net, err = network.New(ctx); err != nil {
+	if rc.net, err = network.New(ctx, network.WithLabels(spec.Labels)); err != nil {
 		return nil, fmt.Errorf("docker network: %w", err)
 	}
-	rc.postgres, err = testcontainers.Run(ctx, spec.PostgresImage,
-		network.WithNetwork([]string{spec.PostgresAlias}, rc.net),
+	common := func(alias string, port int, stopSignal string, cmd []string, files []pgbouncer.ContainerFile) []testcontainers.ContainerCustomizer {
+		p := fmt.Sprintf("%d/tcp", port)
+		return []testcontainers.ContainerCustomizer{
+			network.WithNetwork([]string{alias}, rc.net),
+			testcontainers.WithLabels(spec.Labels),
+			testcontainers.WithCmd(cmd...),
+			testcontainers.WithExposedPorts(p),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.PortBindings = dockernet.PortMap{dockernet.MustParsePort(p): {{HostIP: loopback}}}
+			}),
+			testcontainers.WithConfigModifier(func(c *container.Config) {
+				c.User = spec.User
+				if stopSignal != "" {
+					c.StopSignal = stopSignal
+				}
+			}),
+			testcontainers.WithFiles(containerFiles(files)...),
+		}
+	}
+	// A container whose start failed is returned with the error: it must
+	// be removed too.
+	rc.postgres, err = testcontainers.Run(ctx, spec.PostgresImage, append(
+		common(spec.PostgresAlias, spec.PostgresPort, spec.PostgresStopSignal, spec.PostgresCommand, spec.PostgresFiles),
 		testcontainers.WithEnv(spec.PostgresEnv),
-		testcontainers.WithCmd(spec.PostgresCommand...),
-		testcontainers.WithExposedPorts(fmt.Sprintf("%d/tcp", spec.PostgresPort)),
-		testcontainers.WithFiles(containerFiles(spec.PostgresFiles)...),
 		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").WithOccurrence(2).WithStartupTimeout(time.Minute)),
-	)
+	)...)
 	if err != nil {
-		return nil, fmt.Errorf("start postgres container: %w", err)
+		return nil, fmt.Errorf("start postgres container: %w%s", err, containerLog(rc.postgres))
 	}
 	for _, m := range pgbouncer.AllModes {
 		files, ok := spec.BouncerFiles[m]
 		if !ok {
 			continue
 		}
-		c, err := testcontainers.Run(ctx, spec.BouncerImage,
-			network.WithNetwork([]string{"pgbouncer-" + string(m)}, rc.net),
-			testcontainers.WithExposedPorts(fmt.Sprintf("%d/tcp", spec.BouncerPort)),
-			testcontainers.WithFiles(containerFiles(files)...),
-			testcontainers.WithWaitStrategy(wait.ForListeningPort(fmt.Sprintf("%d/tcp", spec.BouncerPort))),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("start pgbouncer container (%s): %w", m, err)
+		c, err := testcontainers.Run(ctx, spec.BouncerImage, append(
+			common("pgbouncer-"+string(m), spec.BouncerPort, "", spec.BouncerCommand, files),
+			// The harness then pings through it on the published port;
+			// testcontainers-go's own port check dials its idea of the
+			// engine's host, which need not be the loopback we publish on.
+			testcontainers.WithWaitStrategy(wait.ForLog("process up").WithStartupTimeout(time.Minute)),
+		)...)
+		if c != nil {
+			rc.bouncers[m] = c
 		}
-		rc.bouncers[m] = c
+		if err != nil {
+			return nil, fmt.Errorf("start pgbouncer container (%s): %w%s", m, err, containerLog(c))
+		}
 	}
 	if err := rc.refreshPorts(ctx); err != nil {
 		return nil, err
 	}
 	return rc, nil
+}
+
+// loopback is where the containers' ports are published: the superuser is
+// trusted without a password, so never on the host's other interfaces.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// containerLog is the end of c's log, for the error of a container that did
+// not start ("" when there is none).
+func containerLog(c *testcontainers.DockerContainer) string {
+	if c == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	text, err := readLog(ctx, c)
+	if err != nil || text == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return "\n--- last lines of the container's log ---\n" + strings.Join(lines, "\n")
+}
+
+// readLog reads c's whole log so far.
+func readLog(ctx context.Context, c *testcontainers.DockerContainer) (string, error) {
+	r, err := c.Logs(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	return string(b), err
 }
 
 func containerFiles(files []pgbouncer.ContainerFile) []testcontainers.ContainerFile {
@@ -192,21 +287,11 @@ func (rc *containers) Logs(ctx context.Context) []pgbouncer.ContainerLog {
 		if c == nil {
 			return
 		}
-		r, err := c.Logs(ctx)
+		text, err := readLog(ctx, c)
 		if err != nil {
-			return
+			text += fmt.Sprintf("\n(reading the log: %v)", err)
 		}
-		defer r.Close()
-		var sb strings.Builder
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			sb.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		logs = append(logs, pgbouncer.ContainerLog{Name: name, Text: sb.String()})
+		logs = append(logs, pgbouncer.ContainerLog{Name: name, Text: text})
 	}
 	add("postgres container", rc.postgres)
 	for _, m := range pgbouncer.AllModes {
