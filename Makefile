@@ -9,7 +9,7 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck
+.PHONY: help demo test test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck river
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -55,3 +55,6 @@ pgx-suites: ## pgx's own stdlib and pgxpool tests, plain and through pgadvisory 
 
 toolcheck: ## golang-migrate, goose and tern from three processes through PgBouncer under policy hold (module toolcheck/, also run by make test)
 	cd toolcheck && $(GO) test $(GOFLAGS) $(TESTFLAGS) -timeout 20m -count=1 ./...
+
+river: ## River v0.51 (riverpgxv5 and riverdatabasesql) migrates and works jobs through PgBouncer transaction pooling, default policy and hold (module toolcheck/; CI runs it with make test)
+	cd toolcheck && $(GO) test $(GOFLAGS) $(TESTFLAGS) -timeout 10m -count=1 -run 'TestRiver' .
