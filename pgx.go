@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,10 +32,7 @@ type guard struct {
 	// only statement pooling does: detection then concludes Statement.
 	statementPooling atomic.Bool
 
-	admin adminProbe // the admin console's answer, shared
-	// lastSafe: the most recent connection was direct or session pooling,
-	// so a new one may keep pgx's cache_statement (beforeConnect).
-	lastSafe    atomic.Bool
+	admin       adminProbe    // the admin console's answer, shared
 	released    releasedLocks // session locks the leak guard released
 	warnAssumed sync.Once     // the "pool mode unknown" line, once
 
@@ -183,6 +181,15 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		return nil, err
 	}
 	g.execMode = cfg.DefaultQueryExecMode
+	if g.mayUpgrade() {
+		// Reach the copy of cfg that pgx connects with, to give a
+		// connection proven direct pgx's own default exec mode.
+		if cfg.Tracer == nil {
+			cfg.Tracer = configTracer{}
+		} else {
+			cfg.Tracer = multitracer.New(cfg.Tracer, configTracer{})
+		}
+	}
 	prevNet := cfg.AfterNetConnect
 	g.prevNet = prevNet
 	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
@@ -205,6 +212,7 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		if err := g.detect(ctx, pc); err != nil {
 			return err
 		}
+		g.upgrade(ctx, pc)
 		if prevAfter != nil {
 			return prevAfter(ctx, pc)
 		}
@@ -227,15 +235,6 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	g, err := configureConn(cfg.ConnConfig, opts)
 	if err != nil {
 		return err
-	}
-	prevBefore := cfg.BeforeConnect
-	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
-		if prevBefore != nil {
-			if err := prevBefore(ctx, cc); err != nil {
-				return err
-			}
-		}
-		return g.beforeConnect(ctx, cc)
 	}
 	prev := cfg.PrepareConn
 	if prev == nil && cfg.BeforeAcquire != nil {
@@ -264,11 +263,6 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		}
 		if !releaseLeaks(ctx, conn) {
 			return false, nil // destroyed; pgxpool retries on another connection
-		}
-		if gc := guardOf(conn); gc != nil && g.upgradable(gc) {
-			// The pool's first connection, opened before any proved
-			// direct: replace it with one that keeps cache_statement.
-			return false, nil
 		}
 		if prev != nil {
 			return prev(ctx, conn)
@@ -373,38 +367,62 @@ func releaseLeaks(ctx context.Context, conn *pgx.Conn) bool {
 	return keep
 }
 
-// upgradable reports whether gc runs the safe exec mode only because no
-// connection had proved direct when it was opened, and one has since: a
-// new connection would keep pgx's cache_statement.
-func (g *guard) upgradable(gc *guardConn) bool {
-	return !g.explicitExec && g.cfg.declared == poolmode.Unknown && !g.cfg.preparedOK &&
-		g.lastSafe.Load() && gc.execMode != pgx.QueryExecModeCacheStatement
+// mayUpgrade reports whether a connection proven direct (or session
+// pooling) may run pgx's default exec mode, cache_statement, instead of the
+// safe mode chooseExecMode picked: the user chose no exec mode, declared no
+// pool mode and no pooler support for prepared statements.
+func (g *guard) mayUpgrade() bool {
+	return !g.explicitExec && g.cfg.declared == poolmode.Unknown && !g.cfg.preparedOK
 }
 
-// beforeConnect is the BeforeConnect hook of the guard's pool and
-// database/sql connector: when the user did not choose an exec mode and the
-// most recent connection proved direct or session pooling, the next one
-// keeps pgx's default cache_statement (named statements, parsed once)
-// instead of the safe mode. If it lands behind a pooler after all, its
-// detection fails the connection (UnsafeExecModeError) and the next one
-// gets the safe mode again.
-func (g *guard) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
-	if g.explicitExec || g.cfg.declared != poolmode.Unknown || g.cfg.preparedOK {
-		return nil
+// configTracer is a pgx.ConnectTracer that hands the guard the copy of the
+// ConnConfig pgx connects with (pgx.ConnectConfig copies the config and
+// reads DefaultQueryExecMode from the copy for every query): it puts it in
+// the context that AfterConnect receives. It traces nothing else.
+type configTracer struct{}
+
+// connConfigKey is the context key of the ConnConfig pgx connects with.
+type connConfigKey struct{}
+
+// TraceConnectStart puts the config pgx connects with in the context.
+func (configTracer) TraceConnectStart(ctx context.Context, data pgx.TraceConnectStartData) context.Context {
+	return context.WithValue(ctx, connConfigKey{}, data.ConnConfig)
+}
+
+// TraceConnectEnd does nothing.
+func (configTracer) TraceConnectEnd(context.Context, pgx.TraceConnectEndData) {}
+
+// TraceQueryStart does nothing (pgx.ConnConfig.Tracer must be a QueryTracer).
+func (configTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (configTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// upgrade gives a connection that detection proved direct or session
+// pooling pgx's default exec mode, cache_statement, as plain pgx has it:
+// it sets DefaultQueryExecMode on the config pgx connects with, which is
+// the one pgx reads for every query of this connection. Only that config
+// is touched, found by identity (its pgconn.Config is the one the guard's
+// AfterNetConnect received), and only when pgx has a statement cache.
+func (g *guard) upgrade(ctx context.Context, pc *pgconn.PgConn) {
+	if !g.mayUpgrade() {
+		return
 	}
-	if !g.lastSafe.Load() {
-		return nil
+	gc, ok := pc.Conn().(*guardConn)
+	if !ok {
+		return
+	}
+	cc, _ := ctx.Value(connConfigKey{}).(*pgx.ConnConfig)
+	if cc == nil || &cc.Config != gc.pc || cc.StatementCacheCapacity <= 0 {
+		return
+	}
+	if m, _, _ := gc.PoolMode(); !m.SessionLocksSafe() {
+		return
 	}
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
-	// Tell this connection's guard (pgx copies the config on its way to
-	// AfterNetConnect, so the hook carries it).
-	next := cc.AfterNetConnect
-	cc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
-		nc, err := next(ctx, pc, conn)
-		if gc, ok := nc.(*guardConn); ok {
-			gc.execMode = pgx.QueryExecModeCacheStatement
-		}
-		return nc, err
-	}
-	return nil
+	gc.mu.Lock()
+	gc.execMode = pgx.QueryExecModeCacheStatement
+	gc.mu.Unlock()
 }
