@@ -150,32 +150,10 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	if cfg.Host == "" && cfg.ConnString() == "" {
 		return nil, errors.New("pgadvisory: ConfigureConn: config must be created by pgx.ParseConfig (or pgxpool.ParseConfig)")
 	}
-	if cfg.ChannelBinding == "require" {
-		// pgconn finds channel-binding data only on a *tls.Conn, which the
-		// guard's wrapper hides from it.
-		return nil, errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
-	}
-	c, err := buildConfig(cfg.RuntimeParams, opts)
+	g, err := newConfiguredGuard(&cfg.Config, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.buildAdmin(cfg.Host, cfg.Port); err != nil {
-		return nil, err
-	}
-	if c.admin != nil && c.adminDSN == "" && cfg.TLSConfig != nil {
-		// The admin console is the same PgBouncer: talk to it as securely
-		// as the connection string does.
-		c.admin.TLSConfig = cfg.TLSConfig.Clone()
-		if c.adminHost != cfg.Host {
-			c.admin.TLSConfig.ServerName = c.adminHost
-		}
-	}
-	// The pure-Go parser (CGO_ENABLED=0) compiles its WebAssembly module
-	// once, in seconds: start now, off the first statement's path (a scan
-	// meanwhile waits for it; nothing passes unscanned).
-	go lockscan.Warm()
-	g := newGuard(c)
-	g.database, g.user = cfg.Database, cfg.User
 	g.explicitExec = explicitExecMode(cfg)
 	if err := g.chooseExecMode(cfg); err != nil {
 		return nil, err
@@ -190,9 +168,48 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 			cfg.Tracer = multitracer.New(cfg.Tracer, configTracer{})
 		}
 	}
-	prevNet := cfg.AfterNetConnect
+	g.install(&cfg.Config)
+	return g, nil
+}
+
+// newConfiguredGuard reads the pgadvisory_* parameters out of pc and opts
+// and returns the guard for pc, not installed yet.
+func newConfiguredGuard(pc *pgconn.Config, opts []Option) (*guard, error) {
+	if pc.ChannelBinding == "require" {
+		// pgconn finds channel-binding data only on a *tls.Conn, which the
+		// guard's wrapper hides from it.
+		return nil, errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
+	}
+	c, err := buildConfig(pc.RuntimeParams, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.buildAdmin(pc.Host, pc.Port); err != nil {
+		return nil, err
+	}
+	if c.admin != nil && c.adminDSN == "" && pc.TLSConfig != nil {
+		// The admin console is the same PgBouncer: talk to it as securely
+		// as the connection string does.
+		c.admin.TLSConfig = pc.TLSConfig.Clone()
+		if c.adminHost != pc.Host {
+			c.admin.TLSConfig.ServerName = c.adminHost
+		}
+	}
+	// The pure-Go parser (CGO_ENABLED=0) compiles its WebAssembly module
+	// once, in seconds: start now, off the first statement's path (a scan
+	// meanwhile waits for it; nothing passes unscanned).
+	go lockscan.Warm()
+	g := newGuard(c)
+	g.database, g.user = pc.Database, pc.User
+	return g, nil
+}
+
+// install chains the guard's AfterNetConnect and AfterConnect in front of
+// those pc has.
+func (g *guard) install(pc *pgconn.Config) {
+	prevNet := pc.AfterNetConnect
 	g.prevNet = prevNet
-	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	pc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		if prevNet != nil {
 			var err error
 			if conn, err = prevNet(ctx, pc, conn); err != nil {
@@ -202,13 +219,14 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
 		gc.pc = pc
+		gc.maxBody = pc.MaxProtocolMessageBodyLen
 		if g.holdEnabled() {
 			gc.lockTimeout = startupLockTimeout(pc)
 		}
 		return gc, nil
 	}
-	prevAfter := cfg.AfterConnect
-	cfg.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
+	prevAfter := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
 		if err := g.detect(ctx, pc); err != nil {
 			return err
 		}
@@ -218,7 +236,6 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		}
 		return nil
 	}
-	return g, nil
 }
 
 // ConfigurePool installs the guard on a pgxpool config (ConfigureConn on

@@ -98,6 +98,7 @@ type guardConn struct {
 	net.Conn
 	g        *guard
 	execMode pgx.QueryExecMode // this connection's default exec mode
+	maxBody  int               // pgconn's MaxProtocolMessageBodyLen (0: none)
 
 	// Write side (held while writing).
 	wmu     sync.Mutex
@@ -1031,7 +1032,13 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 		if n < 4 || n > maxMessageLen {
 			return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
 		}
-		if held && n > maxHeldBackendMessage {
+		if held && c.maxBody > 0 && n-4 > c.maxBody {
+			// pgconn refuses a body this long (MaxProtocolMessageBodyLen)
+			// with *pgproto3.ExceededMaxBodyLenErr as soon as it reads the
+			// header: hand it the header now instead of waiting for a
+			// body nobody will read.
+			held = false
+		} else if held && n > maxHeldBackendMessage {
 			if (t == 'E' || t == 'N') && n <= maxStreamedError {
 				// Not a reply the guard made (those are short); the server
 				// echoes a long bad value in full: pass it on as it comes.
