@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
@@ -181,6 +182,7 @@ func TestRealSQLCorpus(t *testing.T) {
 		}
 	}
 	t.Logf("corpus: %d texts (%d name an advisory-lock function): %v", len(corpus), withLock, sortedCounts(bySource))
+	prefilterRates(t, corpus)
 
 	c := startCluster(t)
 	for _, policy := range []string{"reject", "hold"} {
@@ -240,6 +242,33 @@ func TestRealSQLCorpus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prefilterRates logs how often lockscan's pre-filters let a text of the
+// corpus through to the parser, and how many of those the parser then
+// found nothing in (the false positives: a parse, never a refusal).
+func prefilterRates(t *testing.T, corpus []corpusStatement) {
+	var mayCall, callFP, maySet, setFP, scanErrs int
+	for _, s := range corpus {
+		r, err := lockscan.Scan(s.text)
+		if err != nil {
+			scanErrs++
+		}
+		if lockscan.MayContainCall(s.text) {
+			mayCall++
+			if err == nil && len(r.Calls) == 0 && len(r.Dynamic) == 0 {
+				callFP++
+			}
+		}
+		if lockscan.MayChangeSettings(s.text) {
+			maySet++
+			if err == nil && len(r.Settings) == 0 {
+				setFP++
+			}
+		}
+	}
+	t.Logf("pre-filters on %d texts: MayContainCall passes %d (%d with no call or dynamic finding), MayChangeSettings passes %d (%d with no setting change); %d texts the parser rejects",
+		len(corpus), mayCall, callFP, maySet, setFP, scanErrs)
 }
 
 // corpusRun sends text in a transaction that it rolls back: as a simple
