@@ -9,7 +9,7 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck release-check lab examples
+.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck river release-check lab examples
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -72,3 +72,6 @@ toolcheck: ## golang-migrate, goose and tern from three processes through PgBoun
 
 examples: ## build the example programs (examples/) and run each against PgBouncer transaction pooling (also run by make test)
 	cd examples && $(GO) test $(GOFLAGS) $(TESTFLAGS) -count=1 -timeout 10m ./...
+
+river: ## River v0.51 (riverpgxv5 and riverdatabasesql) migrates and works jobs through PgBouncer transaction pooling, default policy and hold (module toolcheck/; CI runs it with make test)
+	cd toolcheck && $(GO) test $(GOFLAGS) $(TESTFLAGS) -timeout 10m -count=1 -run 'TestRiver' .

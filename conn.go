@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -203,7 +202,7 @@ func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
 		c.txRewrote = true
 	}
 	if len(d.edits) > 0 {
-		query = applyEdits(query, d.edits)
+		query = lockscan.ApplyEdits(query, d.edits)
 	}
 	return query, nil
 }
@@ -460,23 +459,4 @@ func (c *Conn) queryInt(ctx context.Context) (int64, error) {
 		return strconv.ParseInt(v, 10, 64)
 	}
 	return 0, fmt.Errorf("pgadvisory: pg_locks query returned %T", dest[0])
-}
-
-// edit replaces query[start:end] with text.
-type edit struct {
-	start, end int
-	text       string
-}
-
-func applyEdits(query string, edits []edit) string {
-	var b strings.Builder
-	b.Grow(len(query) + 16*len(edits))
-	last := 0
-	for _, e := range edits { // textual order
-		b.WriteString(query[last:e.start])
-		b.WriteString(e.text)
-		last = e.end
-	}
-	b.WriteString(query[last:])
-	return b.String()
 }

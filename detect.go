@@ -125,11 +125,9 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 		})
 	}
 	gc.setMode(m, ev)
-	g.lastSafe.Store(m.SessionLocksSafe())
 	if !m.SessionLocksSafe() && !g.cfg.preparedOK && !safeExecMode(gc.execMode) {
 		// The exec mode would fail (or return another client's rows) on
-		// this connection: say so now. (One that beforeConnect chose after a
-		// direct connection is chosen safe again for the next one.)
+		// this connection: say so now.
 		return &UnsafeExecModeError{Mode: m, ExecMode: gc.execMode}
 	}
 	return nil

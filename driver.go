@@ -120,7 +120,7 @@ func newPgxConnector(pc *pgx.ConnConfig, opts []Option) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{pgxConfig: pc, cfg: g.cfg, g: g}
-	c.inner = stdlib.GetConnector(*pc, stdlib.OptionBeforeConnect(g.beforeConnect))
+	c.inner = stdlib.GetConnector(*pc)
 	c.seed()
 	return c, nil
 }
@@ -194,15 +194,6 @@ func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	pgxConn := pgxConnOf(inner)
-	if gc := guardOf(pgxConn); gc != nil && c.g.upgradable(gc) {
-		// The connector's first connection proved direct: open one that
-		// keeps pgx's cache_statement instead (once per connector).
-		inner.Close()
-		if inner, err = c.inner.Connect(ctx); err != nil {
-			return nil, err
-		}
-		pgxConn = pgxConnOf(inner)
-	}
 	if gc := guardOf(pgxConn); gc != nil {
 		m, ev, _ := gc.PoolMode()
 		c.remember(m, ev)

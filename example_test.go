@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/poolmode"
@@ -93,4 +94,23 @@ func ExampleNewConnector_invalid() {
 	_, err := pgadvisory.NewConnector("postgres://app:secret@localhost/app?pgadvisory_policy=block")
 	fmt.Println(err)
 	// Output: pgadvisory: invalid value "block" for DSN parameter pgadvisory_policy (accepted: reject, rewrite, warn, allow, hold)
+}
+
+// ConfigurePgconn guards a bare pgconn config: pgadvisory_* parameters are
+// taken out (PgBouncer would reject them at startup) and the guard's hooks
+// are installed; pgconn.ConnectConfig(ctx, cfg) then connects through it.
+func ExampleConfigurePgconn() {
+	cfg, err := pgconn.ParseConfig("postgres://app@pgbouncer:6432/app?pgadvisory_pool_mode=transaction&application_name=worker")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg.MaxProtocolMessageBodyLen = 16 << 20 // honoured by the guard too
+	if err := pgadvisory.ConfigurePgconn(cfg); err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, left := cfg.RuntimeParams[pgadvisory.ParamPoolMode]
+	fmt.Println(cfg.AfterNetConnect != nil, cfg.AfterConnect != nil, left, cfg.RuntimeParams["application_name"])
+	// Output: true true false worker
 }

@@ -115,11 +115,10 @@ func TestIntegrationGuardDetect(t *testing.T) {
 }
 
 // TestIntegrationGuardExecModeLearned: without a declared mode a
-// connection is opened with the safe exec mode; once one proved direct,
-// the connections handed out keep pgx's cache_statement (named statements,
-// parsed once) — the first is replaced once, by the pool and by the
-// database/sql connector. Behind a pooler every connection keeps the safe
-// mode.
+// connection is opened with the safe exec mode; once detection proved it
+// direct it runs pgx's cache_statement (named statements, parsed once), as
+// plain pgx does, the pool's first connection included. Behind a pooler
+// every connection keeps the safe mode.
 func TestIntegrationGuardExecModeLearned(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
@@ -133,8 +132,6 @@ func TestIntegrationGuardExecModeLearned(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := guardedPool(t, tc.dsn)
-			// The pool's first connection, opened before any proved direct,
-			// is replaced at its first acquire once it has.
 			first, err := pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)

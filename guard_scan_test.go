@@ -14,7 +14,8 @@ import (
 // TestIntegrationGuardReadingSettings: after the session changes how the
 // server reads text (standard_conforming_strings, client_encoding), the
 // guard scans as the server reads, or refuses what it cannot read; a text
-// that changes the settings and names a lock function is refused whole.
+// that changes the settings and has a lock function's name in code read
+// later (a body, an EXECUTE) is refused whole.
 func TestIntegrationGuardReadingSettings(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	const key = 7401
@@ -33,8 +34,14 @@ func TestIntegrationGuardReadingSettings(t *testing.T) {
 		// the next quote ends it, and the call runs.
 		{"scs-off-backslash-string", "SET standard_conforming_strings = off", `SELECT 'x\'' || pg_advisory_lock(7401)::text -- '`, pgadvisory.ErrSessionLock},
 		{"sjis", "SET client_encoding = 'SJIS'", lock, pgadvisory.ErrUnscannable},
-		{"set-in-the-same-text", "", "SET standard_conforming_strings = off; " + lock, pgadvisory.ErrUnscannable},
-		{"set_config-in-the-same-text", "", "SELECT set_config('standard_conforming_strings', 'off', false), pg_advisory_lock(7401)", pgadvisory.ErrUnscannable},
+		// The server parses a whole Query before running any of it: a
+		// call at the top level is read under the settings of the moment,
+		// as the guard reads it, and refused as a session lock.
+		{"set-in-the-same-text", "", "SET standard_conforming_strings = off; " + lock, pgadvisory.ErrSessionLock},
+		{"set_config-in-the-same-text", "", "SELECT set_config('standard_conforming_strings', 'off', false), pg_advisory_lock(7401)", pgadvisory.ErrSessionLock},
+		// A body is read when it runs, after the change: unreadable.
+		{"set-then-body-in-the-same-text", "", "SET standard_conforming_strings = off; DO $$BEGIN PERFORM 'x\\'' || pg_advisory_lock(7401)::text; END$$", pgadvisory.ErrUnscannable},
+		{"set-then-execute-body", "", "SET client_encoding = 'SJIS'; DO $$BEGIN EXECUTE 'SELECT pg_advisory_lock(7401)'; END$$", pgadvisory.ErrUnscannable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -850,28 +850,33 @@ type holdTimeouts struct {
 	before *holdTimeouts
 }
 
-// trackLockTimeout follows SET, RESET and set_config(…, false) of
-// lock_timeout and statement_timeout: a held lock waits at most that long,
-// as the server would. SET LOCAL and set_config(…, true) end with the
-// transaction and are not followed. c.mu held.
+// trackLockTimeout follows SET, RESET, RESET ALL, DISCARD ALL and
+// set_config(…, false) of lock_timeout and statement_timeout, as lockscan
+// finds them in the statement's parse tree: a held lock waits at most that
+// long, as the server would. SET LOCAL and set_config(…, true) end with the
+// transaction and are not followed; neither are changes made inside a
+// function body or with a value that is not a constant. c.mu held.
 func (c *guardConn) trackLockTimeout(text string) {
-	w, rest := firstWord(text)
 	if c.timeouts.before != nil && transactionEffect(text) == txCloses {
 		// The transaction that changed them ends: a rollback (or the
 		// COMMIT of an aborted transaction) undoes the changes.
+		w, _ := firstWord(text)
 		if !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") || c.predicted == 'E' || c.txStatus == 'E' {
 			c.timeouts = *c.timeouts.before
 		}
 		c.timeouts.before = nil
 		return
 	}
-	set := func(name, v string) {
-		name = strings.ToLower(name)
-		if name != "lock_timeout" && name != "statement_timeout" {
-			return
-		}
+	if !lockscan.MayChangeSettings(text) {
+		return
+	}
+	r, err := c.g.scanner.ScanWith(text, c.reading)
+	if err != nil {
+		return // unreadable: the statement itself is refused or fails
+	}
+	set := func(name, v string, reset bool) {
 		d, isSet := time.Duration(0), false
-		if v != "" && !strings.EqualFold(v, "default") {
+		if !reset {
 			var ok bool
 			if d, ok = parseLockTimeout(v); !ok {
 				return
@@ -882,61 +887,24 @@ func (c *guardConn) trackLockTimeout(text string) {
 			prev := c.timeouts
 			c.timeouts.before = &prev
 		}
-		if name == "lock_timeout" {
+		if name == lockscan.SettingLockTimeout {
 			c.timeouts.lock, c.timeouts.lockSet = d, isSet
 		} else {
 			c.timeouts.stmt, c.timeouts.stmtSet = d, isSet
 		}
 	}
-	trim := func(s string) string { return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), ";")) }
-	switch {
-	case strings.EqualFold(w, "reset"):
-		if n, r := firstWord(rest); strings.EqualFold(n, "all") && trim(r) == "" {
-			set("lock_timeout", "")
-			set("statement_timeout", "")
-			return
+	for _, ch := range r.Settings {
+		switch {
+		case ch.Local || ch.InBody:
+			// Ends with the transaction (a held lock lives on), or
+			// happens when the body runs.
+		case ch.All:
+			set(lockscan.SettingLockTimeout, "", true)
+			set(lockscan.SettingStatementTimeout, "", true)
+		case !ch.Known:
+		case ch.Name == lockscan.SettingLockTimeout || ch.Name == lockscan.SettingStatementTimeout:
+			set(ch.Name, ch.Value, ch.Reset || strings.EqualFold(ch.Value, "default"))
 		}
-		set(trim(rest), "")
-	case strings.EqualFold(w, "set"):
-		if n, r := firstWord(rest); strings.EqualFold(n, "session") {
-			rest = r
-		} else if strings.EqualFold(n, "local") {
-			return // ends with the transaction; a held lock lives on
-		}
-		rest = strings.TrimSpace(rest)
-		name := rest[:identLen(rest)]
-		v := strings.TrimSpace(rest[len(name):])
-		if strings.HasPrefix(v, "=") {
-			v = v[1:]
-		} else if w, r := firstWord(v); strings.EqualFold(w, "to") {
-			v = r
-		} else {
-			return
-		}
-		if v = trim(v); v == "" {
-			return
-		}
-		set(name, v)
-	case strings.EqualFold(w, "select"):
-		// SELECT set_config('lock_timeout', '300ms', false)
-		r := strings.TrimSpace(rest)
-		r = strings.TrimPrefix(r, "pg_catalog.")
-		if len(r) < 11 || !strings.EqualFold(r[:10], "set_config") {
-			return
-		}
-		open, closing, ok := callArgs(r, 10)
-		if !ok {
-			return
-		}
-		parts := strings.Split(r[open+1:closing], ",")
-		if len(parts) != 3 || !strings.EqualFold(strings.TrimSpace(parts[2]), "false") {
-			return
-		}
-		name := strings.TrimSpace(parts[0])
-		if len(name) < 2 || name[0] != '\'' || name[len(name)-1] != '\'' {
-			return
-		}
-		set(name[1:len(name)-1], strings.TrimSpace(parts[1]))
 	}
 }
 

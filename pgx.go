@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,10 +33,7 @@ type guard struct {
 	// only statement pooling does: detection then concludes Statement.
 	statementPooling atomic.Bool
 
-	admin adminProbe // the admin console's answer, shared
-	// lastSafe: the most recent connection was direct or session pooling,
-	// so a new one may keep pgx's cache_statement (beforeConnect).
-	lastSafe    atomic.Bool
+	admin       adminProbe    // the admin console's answer, shared
 	released    releasedLocks // session locks the leak guard released
 	warnAssumed sync.Once     // the "pool mode unknown" line, once
 
@@ -156,29 +154,54 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	if cfg.Host == "" && cfg.ConnString() == "" {
 		return nil, errors.New("pgadvisory: ConfigureConn: config must be created by pgx.ParseConfig (or pgxpool.ParseConfig)")
 	}
-	if cfg.ChannelBinding == "require" {
+	g, err := newConfiguredGuard(&cfg.Config, opts)
+	if err != nil {
+		return nil, err
+	}
+	g.explicitExec = explicitExecMode(cfg)
+	if err := g.chooseExecMode(cfg); err != nil {
+		return nil, err
+	}
+	g.execMode = cfg.DefaultQueryExecMode
+	if g.mayUpgrade() {
+		// Reach the copy of cfg that pgx connects with, to give a
+		// connection proven direct pgx's own default exec mode.
+		if cfg.Tracer == nil {
+			cfg.Tracer = configTracer{}
+		} else {
+			cfg.Tracer = multitracer.New(cfg.Tracer, configTracer{})
+		}
+	}
+	g.install(&cfg.Config)
+	return g, nil
+}
+
+// newConfiguredGuard reads the pgadvisory_* parameters out of pc and opts
+// and returns the guard for pc, not installed yet.
+func newConfiguredGuard(pc *pgconn.Config, opts []Option) (*guard, error) {
+	if pc.ChannelBinding == "require" {
 		// pgconn finds channel-binding data only on a *tls.Conn, which the
 		// guard's wrapper hides from it.
 		return nil, errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
 	}
-	c, err := buildConfig(cfg.RuntimeParams, opts)
+	c, err := buildConfig(pc.RuntimeParams, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.buildAdmin(cfg.Host, cfg.Port); err != nil {
+	if err := c.buildAdmin(pc.Host, pc.Port); err != nil {
 		return nil, err
 	}
-	if c.admin != nil && c.adminDSN == "" && cfg.TLSConfig != nil {
+	if c.admin != nil && c.adminDSN == "" && pc.TLSConfig != nil {
 		// The admin console is the same PgBouncer: talk to it as securely
 		// as the connection string does.
-		c.admin.TLSConfig = cfg.TLSConfig.Clone()
-		if c.adminHost != cfg.Host {
+		c.admin.TLSConfig = pc.TLSConfig.Clone()
+		if c.adminHost != pc.Host {
 			c.admin.TLSConfig.ServerName = c.adminHost
 		}
 		// sslmode=prefer (the default) or allow: the connection string
 		// accepts plaintext when the server refuses TLS, and so does the
 		// console (a PgBouncer without client TLS refuses it for both).
-		for _, fb := range cfg.Fallbacks {
+		for _, fb := range pc.Fallbacks {
 			if fb.TLSConfig == nil {
 				c.admin.Fallbacks = append(c.admin.Fallbacks, &pgconn.FallbackConfig{Host: c.admin.Host, Port: c.admin.Port})
 				break
@@ -190,15 +213,16 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	// meanwhile waits for it; nothing passes unscanned).
 	go lockscan.Warm()
 	g := newGuard(c)
-	g.database, g.user = cfg.Database, cfg.User
-	g.explicitExec = explicitExecMode(cfg)
-	if err := g.chooseExecMode(cfg); err != nil {
-		return nil, err
-	}
-	g.execMode = cfg.DefaultQueryExecMode
-	prevNet := cfg.AfterNetConnect
+	g.database, g.user = pc.Database, pc.User
+	return g, nil
+}
+
+// install chains the guard's AfterNetConnect and AfterConnect in front of
+// those pc has.
+func (g *guard) install(pc *pgconn.Config) {
+	prevNet := pc.AfterNetConnect
 	g.prevNet = prevNet
-	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	pc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		if prevNet != nil {
 			var err error
 			if conn, err = prevNet(ctx, pc, conn); err != nil {
@@ -208,19 +232,20 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
 		gc.pc = pc
+		gc.maxBody = pc.MaxProtocolMessageBodyLen
 		return gc, nil
 	}
-	prevAfter := cfg.AfterConnect
-	cfg.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
+	prevAfter := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
 		if err := g.detect(ctx, pc); err != nil {
 			return err
 		}
+		g.upgrade(ctx, pc)
 		if prevAfter != nil {
 			return prevAfter(ctx, pc)
 		}
 		return nil
 	}
-	return g, nil
 }
 
 // ConfigurePool installs the guard on a pgxpool config (ConfigureConn on
@@ -252,7 +277,7 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 				return err
 			}
 		}
-		return g.beforeConnect(ctx, cc)
+		return nil
 	}
 	prev := cfg.PrepareConn
 	if prev == nil && cfg.BeforeAcquire != nil {
@@ -284,11 +309,6 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		}
 		if !releaseLeaks(ctx, conn) {
 			return false, nil // destroyed; pgxpool retries on another connection
-		}
-		if gc := guardOf(conn); gc != nil && g.upgradable(gc) {
-			// The pool's first connection, opened before any proved
-			// direct: replace it with one that keeps cache_statement.
-			return false, nil
 		}
 		if prev != nil {
 			return prev(ctx, conn)
@@ -400,38 +420,62 @@ func releaseLeaks(ctx context.Context, conn *pgx.Conn) bool {
 	return keep
 }
 
-// upgradable reports whether gc runs the safe exec mode only because no
-// connection had proved direct when it was opened, and one has since: a
-// new connection would keep pgx's cache_statement.
-func (g *guard) upgradable(gc *guardConn) bool {
-	return !g.explicitExec && g.cfg.declared == poolmode.Unknown && !g.cfg.preparedOK &&
-		g.lastSafe.Load() && gc.execMode != pgx.QueryExecModeCacheStatement
+// mayUpgrade reports whether a connection proven direct (or session
+// pooling) may run pgx's default exec mode, cache_statement, instead of the
+// safe mode chooseExecMode picked: the user chose no exec mode, declared no
+// pool mode and no pooler support for prepared statements.
+func (g *guard) mayUpgrade() bool {
+	return !g.explicitExec && g.cfg.declared == poolmode.Unknown && !g.cfg.preparedOK
 }
 
-// beforeConnect is the BeforeConnect hook of the guard's pool and
-// database/sql connector: when the user did not choose an exec mode and the
-// most recent connection proved direct or session pooling, the next one
-// keeps pgx's default cache_statement (named statements, parsed once)
-// instead of the safe mode. If it lands behind a pooler after all, its
-// detection fails the connection (UnsafeExecModeError) and the next one
-// gets the safe mode again.
-func (g *guard) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
-	if g.explicitExec || g.cfg.declared != poolmode.Unknown || g.cfg.preparedOK {
-		return nil
+// configTracer is a pgx.ConnectTracer that hands the guard the copy of the
+// ConnConfig pgx connects with (pgx.ConnectConfig copies the config and
+// reads DefaultQueryExecMode from the copy for every query): it puts it in
+// the context that AfterConnect receives. It traces nothing else.
+type configTracer struct{}
+
+// connConfigKey is the context key of the ConnConfig pgx connects with.
+type connConfigKey struct{}
+
+// TraceConnectStart puts the config pgx connects with in the context.
+func (configTracer) TraceConnectStart(ctx context.Context, data pgx.TraceConnectStartData) context.Context {
+	return context.WithValue(ctx, connConfigKey{}, data.ConnConfig)
+}
+
+// TraceConnectEnd does nothing.
+func (configTracer) TraceConnectEnd(context.Context, pgx.TraceConnectEndData) {}
+
+// TraceQueryStart does nothing (pgx.ConnConfig.Tracer must be a QueryTracer).
+func (configTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (configTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// upgrade gives a connection that detection proved direct or session
+// pooling pgx's default exec mode, cache_statement, as plain pgx has it:
+// it sets DefaultQueryExecMode on the config pgx connects with, which is
+// the one pgx reads for every query of this connection. Only that config
+// is touched, found by identity (its pgconn.Config is the one the guard's
+// AfterNetConnect received), and only when pgx has a statement cache.
+func (g *guard) upgrade(ctx context.Context, pc *pgconn.PgConn) {
+	if !g.mayUpgrade() {
+		return
 	}
-	if !g.lastSafe.Load() {
-		return nil
+	gc, ok := pc.Conn().(*guardConn)
+	if !ok {
+		return
+	}
+	cc, _ := ctx.Value(connConfigKey{}).(*pgx.ConnConfig)
+	if cc == nil || &cc.Config != gc.pc || cc.StatementCacheCapacity <= 0 {
+		return
+	}
+	if m, _, _ := gc.PoolMode(); !m.SessionLocksSafe() {
+		return
 	}
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
-	// Tell this connection's guard (pgx copies the config on its way to
-	// AfterNetConnect, so the hook carries it).
-	next := cc.AfterNetConnect
-	cc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
-		nc, err := next(ctx, pc, conn)
-		if gc, ok := nc.(*guardConn); ok {
-			gc.execMode = pgx.QueryExecModeCacheStatement
-		}
-		return nc, err
-	}
-	return nil
+	gc.mu.Lock()
+	gc.execMode = pgx.QueryExecModeCacheStatement
+	gc.mu.Unlock()
 }

@@ -25,10 +25,10 @@ type policyInput struct {
 // decision is what the policy decided for one statement text. The guard on
 // the wire and the database/sql wrapper both apply it; deciding does no I/O.
 type decision struct {
-	err         error    // refuse the statement with this error
-	edits       []edit   // rewrite the text (textual order)
-	warnings    []notice // log these, then send
-	sessionLock bool     // a session-level lock may run (leak guard)
+	err         error           // refuse the statement with this error
+	edits       []lockscan.Edit // rewrite the text (textual order)
+	warnings    []notice        // log these, then send
+	sessionLock bool            // a session-level lock may run (leak guard)
 	rewrote     []lockscan.Call
 }
 
@@ -112,7 +112,7 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 				[]slog.Attr{slog.String("func", call.Func), slog.Int("position", call.Start+1)}})
 			continue
 		case PolicyRewrite, PolicyHold:
-			if !in.inTx || in.mode == poolmode.Statement || call.Kind != lockscan.KindCall || definesCode(query, call.Start) {
+			if !in.inTx || in.mode == poolmode.Statement || call.Kind != lockscan.KindCall || call.Body {
 				// Rewriting is for calls that run now, in this transaction:
 				// never edit a function body or DO block (stored DDL would
 				// take xact locks in someone else's transaction later).
@@ -144,14 +144,10 @@ func decide(query string, res lockscan.Result, scanErr error, in policyInput) de
 // when lockscan cannot rewrite the call, and when the edits around an
 // unlock's arguments would enclose another lock call's (decide appends each
 // call's edits in turn; they must stay in textual order).
-func rewriteEdits(query string, call lockscan.Call, tookKey func(lockscan.Call) bool) ([]edit, bool) {
+func rewriteEdits(query string, call lockscan.Call, tookKey func(lockscan.Call) bool) ([]lockscan.Edit, bool) {
 	es, err := lockscan.RewriteEdits(query, []lockscan.Call{call}, lockscan.RewriteOptions{Unlocks: lockscan.UnlocksRewrite, Taken: tookKey})
 	if err != nil || len(es) == 0 || len(es) > 1 && lockscan.MayContainCall(query[es[0].End:es[len(es)-1].Start]) {
 		return nil, false
 	}
-	edits := make([]edit, len(es))
-	for i, e := range es {
-		edits[i] = edit{start: e.Start, end: e.End, text: e.Text}
-	}
-	return edits, true
+	return es, true
 }

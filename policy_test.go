@@ -39,7 +39,7 @@ func TestDecideRewriteUsesLockscan(t *testing.T) {
 		case tt.want != "" && d.err != nil:
 			t.Errorf("%s: %v", tt.in, d.err)
 		case tt.want != "":
-			if got := applyEdits(tt.in, d.edits); got != tt.want {
+			if got := lockscan.ApplyEdits(tt.in, d.edits); got != tt.want {
 				t.Errorf("%s: rewritten to %q, want %q", tt.in, got, tt.want)
 			}
 		}

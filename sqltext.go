@@ -2,107 +2,9 @@ package pgadvisory
 
 import "strings"
 
-// Small readers of SQL text around a call the scanner found. They accept
-// only what they can read for certain and report false otherwise, so that
-// the caller fails closed.
-
-// callArgs returns the byte offsets of the parentheses of the argument list
-// that follows a function name ending at nameEnd. Quoted identifiers,
-// string literals (standard, E” and dollar-quoted) and comments are
-// skipped; anything it cannot follow yields ok=false.
-func callArgs(query string, nameEnd int) (open, closing int, ok bool) {
-	i := skipBlanks(query, nameEnd)
-	if i >= len(query) || query[i] != '(' {
-		return 0, 0, false
-	}
-	open = i
-	depth := 0
-	for i < len(query) {
-		switch c := query[i]; {
-		case c == '(':
-			depth++
-			i++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return open, i, true
-			}
-			i++
-		case c == '\'':
-			escapes := i > 0 && (query[i-1] == 'E' || query[i-1] == 'e')
-			j, ok := skipString(query, i, escapes)
-			if !ok {
-				return 0, 0, false
-			}
-			i = j
-		case c == '"':
-			j := strings.IndexByte(query[i+1:], '"')
-			if j < 0 {
-				return 0, 0, false
-			}
-			i += j + 2
-		case c == '-' && i+1 < len(query) && query[i+1] == '-':
-			j := strings.IndexByte(query[i:], '\n')
-			if j < 0 {
-				return 0, 0, false
-			}
-			i += j + 1
-		case c == '/' && i+1 < len(query) && query[i+1] == '*':
-			return 0, 0, false // nested comments: leave to the caller's refusal
-		case c == '$':
-			j, ok := skipDollar(query, i)
-			if !ok {
-				return 0, 0, false
-			}
-			i = j
-		default:
-			i++
-		}
-	}
-	return 0, 0, false
-}
-
-// skipString returns the offset after the string literal opening at i.
-func skipString(s string, i int, escapes bool) (int, bool) {
-	for j := i + 1; j < len(s); j++ {
-		switch s[j] {
-		case '\\':
-			if escapes {
-				j++
-			}
-		case '\'':
-			if j+1 < len(s) && s[j+1] == '\'' {
-				j++
-				continue
-			}
-			return j + 1, true
-		}
-	}
-	return 0, false
-}
-
-// skipDollar skips a dollar-quoted string, or a $n parameter, at i.
-func skipDollar(s string, i int) (int, bool) {
-	j := i + 1
-	if j < len(s) && s[j] >= '0' && s[j] <= '9' {
-		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-			j++
-		}
-		return j, true
-	}
-	for j < len(s) && (isIdentByte(s[j])) {
-		j++
-	}
-	if j >= len(s) || s[j] != '$' {
-		return 0, false
-	}
-	tag := s[i : j+1]
-	k := strings.Index(s[j+1:], tag)
-	if k < 0 {
-		return 0, false
-	}
-	return j + 1 + k + len(tag), true
-}
+// Small readers of the first words of a statement (BEGIN, COMMIT and
+// their variants), on the hot path of every statement. What a statement
+// calls, sets or is shaped like, lockscan reads from the parse tree.
 
 func isIdentByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
@@ -157,77 +59,6 @@ func skipBlanks(s string, i int) int {
 		i++
 	}
 	return i
-}
-
-// definesCode reports whether the call at pos may be part of code that
-// runs later or elsewhere: the text defines a function or procedure, or is
-// a DO block, or pos lies inside a string or dollar-quoted literal (a body).
-// It errs on the side of true.
-func definesCode(query string, pos int) bool {
-	w, _ := firstWord(query)
-	switch strings.ToLower(w) {
-	case "do", "create", "alter":
-		return true
-	}
-	lower := strings.ToLower(query)
-	for _, w := range []string{"create", "do", "atomic", "alter"} {
-		if containsWord(lower, w) {
-			return true
-		}
-	}
-	return insideLiteral(query, pos)
-}
-
-// containsWord reports whether w occurs in s as a whole word.
-func containsWord(s, w string) bool {
-	for i := 0; ; {
-		j := strings.Index(s[i:], w)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(w)
-		if (j == 0 || !isIdentByte(s[j-1])) && (end == len(s) || !isIdentByte(s[end])) {
-			return true
-		}
-		i = j + 1
-	}
-}
-
-// insideLiteral reports whether pos lies inside a quoted string or a
-// dollar-quoted string of query (or query cannot be followed that far).
-func insideLiteral(query string, pos int) bool {
-	i := 0
-	for i < pos && i < len(query) {
-		switch c := query[i]; {
-		case c == '\'':
-			escapes := i > 0 && (query[i-1] == 'E' || query[i-1] == 'e')
-			j, ok := skipString(query, i, escapes)
-			if !ok || j > pos {
-				return true
-			}
-			i = j
-		case c == '$':
-			j, ok := skipDollar(query, i)
-			if !ok {
-				i++
-				continue
-			}
-			if j > pos {
-				return true
-			}
-			i = j
-		case c == '"':
-			j := strings.IndexByte(query[i+1:], '"')
-			if j < 0 {
-				return true
-			}
-			i += j + 2
-		default:
-			i++
-		}
-	}
-	return false
 }
 
 // validBegin reports whether text is a BEGIN or START TRANSACTION that
@@ -297,4 +128,14 @@ func validBegin(text string) bool {
 		}
 	}
 	return true
+}
+
+// containsFold is strings.Contains ignoring ASCII case, without allocating.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -98,6 +98,7 @@ type guardConn struct {
 	net.Conn
 	g        *guard
 	execMode pgx.QueryExecMode // this connection's default exec mode
+	maxBody  int               // pgconn's MaxProtocolMessageBodyLen (0: none)
 
 	// Write side (held while writing).
 	wmu     sync.Mutex
@@ -125,7 +126,6 @@ type guardConn struct {
 	// last ReadyForQuery may change it.
 	reading        lockscan.Settings
 	settingsInFlux bool
-	scratch        []byte // changesReading's copy of a text
 
 	// Deferred BEGIN (WithPipelineBegin).
 	pendingBegin string       // BEGIN answered locally, not sent yet
@@ -512,7 +512,7 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		}
 	}
 	if c.g.holdEnabled() {
-		c.trackLockTimeout(text) // reads the first word only
+		c.trackLockTimeout(text)
 	}
 	switch transactionEffect(text) {
 	case txOpens:
@@ -523,40 +523,46 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 	case txCloses:
 		defer func() { c.predicted = 'I'; c.taken = nil; c.xact = xactLocks{} }()
 	}
-	if c.changesReading(text) {
-		// standard_conforming_strings or client_encoding may change: until
-		// the server has answered (ParameterStatus), later text is read
-		// under settings the guard does not know yet.
-		defer func() { c.settingsInFlux = true }()
-		if lockscan.MayContainCall(text) && readLater(text) {
-			return c.decideScan(t, name, strings.Clone(text), paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
-		}
-	}
-	if !c.g.mayIntercept(text) {
+	mayCall := c.g.mayIntercept(text)
+	if !mayCall && !lockscan.MayChangeSettings(text) {
 		return nil
 	}
 	// The scanner's cache and the errors keep the text: copy it out of the
 	// message buffer.
 	text = strings.Clone(text)
-	bind := parseBind(bindBytes)
-	var (
-		r   lockscan.Result
-		err error
-	)
-	switch {
-	case c.settingsInFlux && lockscan.MayContainCall(text):
-		err = errSettingsChange
-	case c.reading != (lockscan.Settings{}):
-		r, err = c.g.scanner.ScanWith(text, c.reading)
-	default:
-		r, err = c.g.scanner.Scan(text)
+	if c.settingsInFlux && mayCall {
+		// A statement earlier in this unit may have changed how the server
+		// reads this one, and its ParameterStatus has not come yet.
+		return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
 	}
-	return c.decideScan(t, name, text, paramTypes, bind, r, err)
+	r, err := c.g.scanner.ScanWith(text, c.reading)
+	if err != nil && !mayCall {
+		// Nothing in the text can name a lock function; what the parser
+		// could not read the server judges. It may change a setting.
+		c.settingsInFlux = true
+		return nil
+	}
+	if err == nil && r.ChangesReading() {
+		// standard_conforming_strings, client_encoding or backslash_quote
+		// change: until the server has answered (ParameterStatus), later
+		// text is read under settings the guard does not know yet. So is
+		// the code of this text that the server reads only when it runs.
+		defer func() { c.settingsInFlux = true }()
+		if mayCall && r.Deferred {
+			err = errSettingsChange
+		}
+	}
+	if !mayCall && err == nil {
+		return nil
+	}
+	return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), r, err)
 }
 
 // errSettingsChange makes a statement that may name a lock function
-// unscannable while the session's reading settings are changing.
-var errSettingsChange = fmt.Errorf("the statement is read while standard_conforming_strings or client_encoding may be changing: %w", lockscan.ErrUnsupportedSettings)
+// unscannable while the session's reading settings are changing: a later
+// statement of the same unit, or a body or EXECUTE of a text that changes
+// them.
+var errSettingsChange = fmt.Errorf("the statement is read while standard_conforming_strings, client_encoding or backslash_quote may be changing: %w", lockscan.ErrUnsupportedSettings)
 
 // decideScan applies the policy to the scan of one statement text and
 // returns the bytes to send instead of its message, or nil. c.mu held.
@@ -643,7 +649,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 		}
 		c.taken[k]++
 	}
-	edited := applyEdits(text, d.edits)
+	edited := lockscan.ApplyEdits(text, d.edits)
 	if t == 'Q' {
 		return encodeMessage('Q', []byte(edited), []byte{0})
 	}
@@ -746,43 +752,50 @@ func parseBind(b []byte) *bindMsg {
 	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters}
 }
 
-// argKey returns a canonical form of the arguments of call: the argument
-// text with blanks removed, each $n replaced by the value bound to it
-// (binary int4/int8 as decimal, text as is). ok is false when the argument
-// list cannot be read.
-func argKey(text string, call lockscan.Call, bind *bindMsg) (string, bool) {
-	open, closing, ok := callArgs(text, call.End)
-	if !ok {
+// argKey returns the canonical key of the lock call names, from the
+// arguments lockscan read (call.Args): "(k)" for the bigint form, "(a,b)"
+// for the two-integer form, each integer in decimal (a literal, a quoted
+// integer or the value bound to $n, casts aside), "NULL" for a NULL, and
+// the prefix "shared" for a shared lock, as heldKeys spells the locks of
+// pg_locks. ok is false when an argument is not one of those. The text is
+// not read: lockscan has read it.
+func argKey(_ string, call lockscan.Call, bind *bindMsg) (string, bool) {
+	if call.Kind != lockscan.KindCall || len(call.Args) == 0 || len(call.Args) > 2 {
 		return "", false
 	}
-	args := text[open+1 : closing]
-	var b strings.Builder
+	b := make([]byte, 0, 32)
 	if call.Shared {
-		b.WriteString("shared")
+		b = append(b, "shared"...)
 	}
-	b.WriteByte('(')
-	for i := 0; i < len(args); i++ {
-		ch := args[i]
-		switch {
-		case ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r':
-		case ch == '$' && i+1 < len(args) && args[i+1] >= '0' && args[i+1] <= '9':
-			j := i + 1
-			for j < len(args) && args[j] >= '0' && args[j] <= '9' {
-				j++
-			}
-			n, _ := strconv.Atoi(args[i+1 : j])
-			v, ok := bind.param(n)
-			if !ok {
+	b = append(b, '(')
+	for i, a := range call.Args {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		v := a.Value
+		switch a.Kind {
+		case lockscan.ArgInt, lockscan.ArgString:
+		case lockscan.ArgNull:
+			v = "NULL"
+		case lockscan.ArgParam:
+			var ok bool
+			if v, ok = bind.param(a.Param); !ok {
 				return "", false
 			}
-			b.WriteString(v)
-			i = j - 1
 		default:
-			b.WriteByte(ch)
+			return "", false
 		}
+		if v == "NULL" {
+			b = append(b, v...)
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return "", false
+		}
+		b = strconv.AppendInt(b, n, 10)
 	}
-	b.WriteByte(')')
-	return b.String(), true
+	return string(append(b, ')')), true
 }
 
 // param returns parameter n (1-based) as text.
@@ -1054,7 +1067,13 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 		if n < 4 || n > maxMessageLen {
 			return 0, &ProtocolError{Direction: "backend", Type: t, Msg: "length " + strconv.Itoa(n)}
 		}
-		if held && n > maxHeldBackendMessage {
+		if held && c.maxBody > 0 && n-4 > c.maxBody {
+			// pgconn refuses a body this long (MaxProtocolMessageBodyLen)
+			// with *pgproto3.ExceededMaxBodyLenErr as soon as it reads the
+			// header: hand it the header now instead of waiting for a
+			// body nobody will read.
+			held = false
+		} else if held && n > maxHeldBackendMessage {
 			if (t == 'E' || t == 'N') && n <= maxStreamedError {
 				// Not a reply the guard made (those are short); the server
 				// echoes a long bad value in full: pass it on as it comes.
@@ -1342,87 +1361,6 @@ func normalizeDefault(v, def string) string {
 		return ""
 	}
 	return v
-}
-
-// changesReading reports whether text may change how the server reads
-// later text (lockscan.ChangesReadingSettings), not counting set_config
-// calls whose first argument is a plain literal naming another setting —
-// as advisory's own lock statements set lock_timeout. c.mu held.
-func (c *guardConn) changesReading(text string) bool {
-	if !lockscan.ChangesReadingSettings(text) {
-		return false
-	}
-	c.scratch = append(c.scratch[:0], text...)
-	masked := false
-	for i := 0; i+len("set_config") <= len(c.scratch); i++ {
-		if !bytes.EqualFold(c.scratch[i:i+len("set_config")], []byte("set_config")) {
-			continue
-		}
-		if benignSetConfig(text[i+len("set_config"):]) {
-			c.scratch[i] = 'x' // no longer spells set_config
-			masked = true
-		}
-	}
-	if !masked {
-		return true
-	}
-	return lockscan.ChangesReadingSettings(unsafe.String(unsafe.SliceData(c.scratch), len(c.scratch)))
-}
-
-// benignSetConfig reports whether rest, the text after "set_config", opens
-// an argument list whose first argument is a string literal of plain
-// setting-name characters naming neither reading setting.
-func benignSetConfig(rest string) bool {
-	i := skipBlanks(rest, 0)
-	if i >= len(rest) || rest[i] != '(' {
-		return false
-	}
-	i = skipBlanks(rest, i+1)
-	if i >= len(rest) || rest[i] != '\'' {
-		return false
-	}
-	j := i + 1
-	for j < len(rest) && (rest[j] >= 'a' && rest[j] <= 'z' || rest[j] == '_' || rest[j] == '.') {
-		j++
-	}
-	if j >= len(rest) || rest[j] != '\'' || j == i+1 {
-		return false
-	}
-	name := rest[i+1 : j]
-	return !strings.Contains(name, "conforming") && !strings.Contains(name, "encoding")
-}
-
-// readLater reports whether part of text may be read by the server only
-// when it runs — after a setting changed earlier in the same text: a lock
-// name the scanner saw at the top level (the server parses a simple Query
-// whole before running any of it, so the top level is read as scanned),
-// a body, or an EXECUTE. It errs on the side of true.
-func readLater(text string) bool {
-	if containsFold(text, "advisory") || containsFold(text, "u&") {
-		return true
-	}
-	for i := 0; i+1 < len(text); i++ {
-		if text[i] == '$' && (text[i+1] == '$' || text[i+1] == '_' || text[i+1]|0x20 >= 'a' && text[i+1]|0x20 <= 'z') {
-			return true // a dollar-quoted body
-		}
-	}
-	lower := strings.ToLower(text)
-	for _, w := range []string{"do", "execute", "create", "call", "perform"} {
-		if containsWord(lower, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// containsFold is strings.Contains ignoring ASCII case, without allocating.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
-			return true
-		}
-	}
-	return false
 }
 
 // bytesView is b as a string without a copy, for reading only while b is.

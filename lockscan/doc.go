@@ -69,8 +69,23 @@
 // function body is read again whenever the function runs, under that
 // session's setting, so a body with a backslash is scanned under both
 // readings unless the function fixes the setting with SET.
-// ChangesReadingSettings tells a guard that a statement changes the
-// settings in its own text.
+// Result.Settings lists the changes a statement makes, in its own text, to
+// those settings, to backslash_quote and to lock_timeout and
+// statement_timeout (SET, SET LOCAL, RESET, RESET ALL, DISCARD ALL,
+// set_config, UPDATE pg_settings, also inside DO blocks and function
+// bodies), read from the parse tree: a word in a string or a comment is
+// not a change. Result.ChangesReading tells a guard that a statement
+// changes how later text is read; Result.Deferred that it has code read
+// only when it runs (a body, an EXECUTE), which such a change affects.
+//
+// # Shapes and arguments
+//
+// Every call carries its arguments as the parser read them (Call.Args:
+// integer and string literals, $n parameters, NULL, each with its cast),
+// and Result.Lone recognises a statement that is exactly one call,
+// SELECT fn(args) [AS alias], with the name of its result column. Call.Body
+// marks calls that run later than the statement (bodies, views, rules,
+// defaults).
 //
 // # Dynamic SQL
 //
@@ -104,20 +119,23 @@
 // the database (SELECT my_lock_helper(1) is invisible), nor by functions
 // reached through search_path tricks: an unqualified name is assumed to
 // resolve to pg_catalog, which is what PostgreSQL does unless pg_catalog is
-// placed explicitly after another schema in search_path. At the top level
-// t.pg_advisory_lock is taken for a column: t can only be a table there,
-// whose row no advisory-lock function accepts unless someone created an
-// implicit cast from it. Calls inside a function body are reported when the
+// placed explicitly after another schema in search_path. t.pg_advisory_lock
+// is reported as attribute notation (KindAttribute) at every level:
+// PostgreSQL calls pg_advisory_lock(t) when t's row type has a cast to
+// bigint, and the scanner cannot see casts; a column really named like a
+// lock function is therefore a false positive, by design. Calls inside a function body are reported when the
 // function is created, not when it runs: that is what a linter wants, and
 // the driver treats a CREATE FUNCTION with a session lock like the lock
 // itself.
 //
 // # Speed
 //
-// Scanner.Scan first runs MayContainCall, a single allocation-free pass over
-// the bytes. Only a query that contains "advisory" (any case), "u&", a
-// backslash escape, one of the dynamic-SQL keywords, or a string constant
-// continued on the next line reaches the parser, and parse results are
+// Scanner.Scan first runs MayContainCall and MayChangeSettings, single
+// allocation-free passes over the bytes. Only a query that contains
+// "advisory" (any case), "u&", a backslash escape, one of the dynamic-SQL
+// keywords, a string constant continued on the next line, or a setting's
+// name (and the few words of RESET ALL, DISCARD ALL, SET NAMES,
+// set_config, pg_settings) reaches the parser, and parse results are
 // kept in a bounded LRU cache keyed by query text and reading settings.
 // An ordinary query costs about as much as a substring search. Syntax
 // errors are therefore only reported for queries that pass the pre-filter;

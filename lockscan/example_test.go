@@ -161,3 +161,52 @@ func ExampleWarm() {
 	// Output:
 	// 1 <nil>
 }
+
+func ExampleResult_Settings() {
+	for _, q := range []string{
+		"UPDATE river_job SET state = 'discarded' WHERE id = $1", // words, not a change
+		"SET LOCAL lock_timeout = '5s'",
+		"SELECT set_config('standard_conforming_strings', 'off', false)",
+		"RESET ALL",
+	} {
+		r, err := lockscan.Scan(q)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(len(r.Settings), r.ChangesReading())
+		for _, c := range r.Settings {
+			fmt.Printf("  name=%q value=%q local=%v reset=%v all=%v\n", c.Name, c.Value, c.Local, c.Reset, c.All)
+		}
+	}
+	// Output:
+	// 0 false
+	// 1 false
+	//   name="lock_timeout" value="5s" local=true reset=false all=false
+	// 1 true
+	//   name="standard_conforming_strings" value="off" local=false reset=false all=false
+	// 1 true
+	//   name="" value="" local=false reset=true all=true
+}
+
+func ExampleResult_Lone() {
+	q := "SELECT pg_catalog.pg_try_advisory_lock($1::int8, 7) AS Got"
+	r, err := lockscan.Scan(q)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	l, ok := r.Lone()
+	fmt.Println(ok, l.Call.Func, l.Column, l.Alias)
+	for _, a := range l.Call.Args {
+		fmt.Printf("  %s param=%d value=%q cast=%q\n", a.Kind, a.Param, a.Value, a.Cast)
+	}
+	r, _ = lockscan.Scan("SELECT pg_try_advisory_lock(id) FROM jobs")
+	_, ok = r.Lone()
+	fmt.Println(ok)
+	// Output:
+	// true pg_try_advisory_lock got true
+	//   param param=1 value="" cast="int8"
+	//   int param=0 value="7" cast=""
+	// false
+}

@@ -605,11 +605,14 @@ func (p *jparser) shallow(depth int, sp *walkSpec) (jval, error) {
 	err := p.members(func(k string) error {
 		if !sp.keep(k) {
 			if k == "args" && countArgs(p.fields[mark:]) {
-				n, err := p.countElems()
+				// A copy of the arguments, read by a second reader so that
+				// calls nested in them are still found by forEach.
+				q := jparser{s: p.s, i: p.i}
+				v, err := q.value(depth + 1)
 				if err != nil {
 					return err
 				}
-				p.fields = append(p.fields, jfield{"nargs", jval{kind: jNum, str: itoa(n)}})
+				p.fields = append(p.fields, jfield{"argv", v})
 			}
 			return p.forEach(depth+1, sp)
 		}
@@ -630,44 +633,22 @@ func (p *jparser) shallow(depth int, sp *walkSpec) (jval, error) {
 }
 
 // countArgs reports whether the FuncCall whose members so far are fields
-// needs its number of arguments (member "nargs" of the shallow tree): only
-// ts_rewrite, whose two-argument form runs a query and three-argument form
-// does not. funcname precedes args in pg_query's output.
+// needs its arguments (member "argv" of the shallow tree, a whole copy of
+// "args"): the advisory-lock functions (their keys), set_config (the
+// setting it changes) and ts_rewrite, whose two-argument form runs a query
+// and three-argument form does not. funcname precedes args in pg_query's
+// output.
 func countArgs(fields []jfield) bool {
 	for i := range fields {
 		if fields[i].key == "funcname" {
 			n := names(&fields[i].val)
-			return len(n) > 0 && n[len(n)-1] == "ts_rewrite"
+			if len(n) == 0 {
+				return false
+			}
+			last := n[len(n)-1]
+			_, adv := advisoryFuncs[last]
+			return adv || last == "ts_rewrite" || last == "set_config"
 		}
 	}
 	return false
-}
-
-// countElems returns the number of elements of the array at p.i without
-// consuming it.
-func (p *jparser) countElems() (int, error) {
-	q := jparser{s: p.s, i: p.i}
-	q.ws()
-	if q.i >= len(q.s) || q.s[q.i] != '[' {
-		return 0, nil
-	}
-	q.i++
-	q.ws()
-	if q.i < len(q.s) && q.s[q.i] == ']' {
-		return 0, nil
-	}
-	n := 0
-	for {
-		if err := q.skip(); err != nil {
-			return 0, err
-		}
-		n++
-		more, err := q.next(']')
-		if err != nil {
-			return 0, err
-		}
-		if !more {
-			return n, nil
-		}
-	}
 }

@@ -3,6 +3,7 @@ package lockscan
 import (
 	"container/list"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -125,6 +126,20 @@ type Call struct {
 	// "funcname" (CREATE TRIGGER, CREATE EVENT TRIGGER, CREATE FUNCTION),
 	// "regproc" or "regprocedure". Empty for calls and attribute notation.
 	Via string
+	// Args are the arguments of a call (KindCall), as the parser read
+	// them; nil for other kinds and for a call without arguments.
+	Args []Arg
+	// Body is set when the finding is part of code that does not run as
+	// an expression of the statement itself: inside a DO block or a
+	// function body, or in a statement that defines or alters something
+	// (CREATE VIEW, CREATE RULE, CREATE FUNCTION ... BEGIN ATOMIC, ALTER
+	// ...). Editing the statement's text does not edit what runs later.
+	Body bool
+}
+
+// sameCall reports whether a and b are the same finding.
+func sameCall(a, b Call) bool {
+	return a.Func == b.Func && a.Start == b.Start && a.End == b.End && a.Kind == b.Kind && a.Via == b.Via && a.Body == b.Body
 }
 
 // XactTwin returns the transaction-level function that takes the same lock
@@ -178,6 +193,18 @@ const (
 type Result struct {
 	Calls   []Call    // in textual order
 	Dynamic []Dynamic // in textual order
+	// Settings are the changes the query makes to the settings the
+	// scanner reports (see SettingChange), in the order the server makes
+	// them.
+	Settings []SettingChange
+	// Deferred is set when the query has code the server reads only when
+	// it runs, after earlier statements of the same text have run: a DO
+	// block, a function or procedure body given as a string, or a
+	// PL/pgSQL EXECUTE. A setting changed earlier in the text
+	// (Settings) changes how that code is read.
+	Deferred bool
+
+	lone *LoneCall // see Lone
 }
 
 // HasSessionLock reports whether any call takes a session-level lock (Op
@@ -280,10 +307,11 @@ func NewScanner(cacheSize int) *Scanner {
 }
 
 // Scan finds the advisory-lock calls, references and dynamic-SQL
-// constructs in query, read with the server's default settings
-// (standard_conforming_strings on, UTF-8). It is ScanWith(query,
-// Settings{}). Queries that cannot contain either (see MayContainCall) are
-// answered without parsing and without allocating.
+// constructs in query, and the setting changes it makes (Result.Settings),
+// read with the server's default settings (standard_conforming_strings on,
+// UTF-8). It is ScanWith(query, Settings{}). Queries that cannot contain
+// any of them (see MayContainCall and MayChangeSettings) are answered
+// without parsing and without allocating.
 func (s *Scanner) Scan(query string) (Result, error) {
 	return s.ScanWith(query, Settings{})
 }
@@ -295,15 +323,23 @@ func (s *Scanner) Scan(query string) (Result, error) {
 // advisory-lock function or a dynamic construct, in any spelling) returns
 // an *UnsupportedSettingsError wrapping ErrUnsupportedSettings, and one
 // that does not is answered "nothing found" as usual: the server sees only
-// ASCII bytes the text has, and none of them spells a name. Results are
-// cached per query and reading.
+// ASCII bytes the text has, and none of them spells a name (its setting
+// changes are not reported then: the server reports them in
+// ParameterStatus). Results are cached per query and reading.
 func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
-	if !MayContainCall(query) {
+	mayCall := MayContainCall(query)
+	if !mayCall && !MayChangeSettings(query) {
 		s.prefiltered.Add(1)
 		return Result{}, nil
 	}
 	rd, err := set.reading()
 	if err != nil {
+		if !mayCall {
+			// Nothing the text can spell names a lock function; its
+			// setting changes are not read under such settings.
+			s.prefiltered.Add(1)
+			return Result{}, nil
+		}
 		s.errors.Add(1)
 		return Result{}, err
 	}
@@ -398,6 +434,18 @@ func (r Result) clone() Result {
 	}
 	if len(r.Dynamic) > 0 {
 		out.Dynamic = append([]Dynamic(nil), r.Dynamic...)
+	}
+	for i := range out.Calls {
+		out.Calls[i].Args = slices.Clone(out.Calls[i].Args)
+	}
+	if len(r.Settings) > 0 {
+		out.Settings = append([]SettingChange(nil), r.Settings...)
+	}
+	out.Deferred = r.Deferred
+	if r.lone != nil {
+		l := *r.lone
+		l.Call.Args = slices.Clone(l.Call.Args)
+		out.lone = &l
 	}
 	return out
 }

@@ -68,6 +68,12 @@ func (m mapping) lit(l literal) mapping {
 type scanner struct {
 	res Result
 	rd  reading
+
+	// The top level's statements (depth 0): how many, and the parse tree
+	// text of the first, for Result.Lone.
+	stmts int
+	js    string
+	first int
 }
 
 func scanQuery(query string, rd reading) (Result, error) {
@@ -82,6 +88,15 @@ func scanQuery(query string, rd reading) (Result, error) {
 	}
 	slices.SortStableFunc(sc.res.Calls, func(a, b Call) int { return a.Start - b.Start })
 	slices.SortStableFunc(sc.res.Dynamic, func(a, b Dynamic) int { return a.Start - b.Start })
+	if r := &sc.res; sc.stmts == 1 && sc.first >= 0 && len(r.Calls) == 1 && r.Calls[0].Kind == KindCall && !r.Calls[0].Body &&
+		len(r.Dynamic) == 0 && len(r.Settings) == 0 && !r.Deferred {
+		p := jparser{s: sc.js, i: sc.first}
+		stmt, err := p.value(0)
+		if err != nil {
+			return Result{}, treeErr(err)
+		}
+		r.lone = loneShape(&stmt, r.Calls[0])
+	}
 	return sc.res, nil
 }
 
@@ -149,17 +164,19 @@ func (sc *scanner) sql(text string, m mapping, depth int, keepTree bool) (*jval,
 		if s < 0 || e > len(text) || s > e {
 			return &ParseError{Msg: "parser returned a bad statement span", Pos: -1}
 		}
+		if depth == 0 {
+			if sc.stmts == 0 {
+				sc.js, sc.first = js, at
+			}
+			sc.stmts++
+		}
 		if at < 0 {
 			return nil
 		}
-		w := walker{sc: sc, text: text, m: m, depth: depth, stmtStart: s, stmtEnd: e}
-		want := walkedKey
-		if depth > 0 {
-			want = walkedKeyBody
-		}
+		w := walker{sc: sc, text: text, m: m, depth: depth, stmtStart: s, stmtEnd: e, kind: stmtKind(js, at)}
 		next := p.i
 		p.i = at
-		err := p.forEach(0, &walkSpec{want: want, keep: funcCallKey, fn: w.member})
+		err := p.forEach(0, &walkSpec{want: walkedKey, keep: funcCallKey, fn: w.member})
 		p.i = next
 		return err
 	})
@@ -188,9 +205,9 @@ func treeErr(err error) error {
 // statements that can name a function but never make it run are skipped.
 func walkedKey(k string) int {
 	switch k {
-	case "FuncCall", "funccall":
+	case "FuncCall", "funccall", "UpdateStmt":
 		return wantShallow
-	case "DoStmt", "CreateFunctionStmt", "DefElem", "TypeCast", "A_Indirection",
+	case "DoStmt", "CreateFunctionStmt", "DefElem", "TypeCast", "A_Indirection", "ColumnRef", "VariableSetStmt", "DiscardStmt",
 		"objname", "funcname", "handler_name", "func_name", "plhandler", "plinline", "plvalidator":
 		return wantTree
 	case "GrantStmt", "CommentStmt", "DropStmt", "SecLabelStmt":
@@ -199,16 +216,37 @@ func walkedKey(k string) int {
 	return wantNone
 }
 
-// walkedKeyBody is walkedKey inside a function body, where a column
-// reference param.pg_advisory_lock is attribute notation on a parameter.
-func walkedKeyBody(k string) int {
-	if k == "ColumnRef" {
-		return wantTree
+// stmtKind returns the node type of the statement whose tree starts at
+// js[at] ({"SelectStmt": ...}), or "".
+func stmtKind(js string, at int) string {
+	p := jparser{s: js, i: at}
+	p.ws()
+	if p.i >= len(js) || js[p.i] != '{' {
+		return ""
 	}
-	return walkedKey(k)
+	p.i++
+	p.ws()
+	k, err := p.str()
+	if err != nil {
+		return ""
+	}
+	return k
 }
 
-func funcCallKey(k string) bool { return k == "funcname" || k == "location" }
+// definesCode reports whether a statement of node type kind defines or
+// alters something whose expressions run later (a view, rule, default,
+// index, trigger, function), or is a DO block.
+func definesCode(kind string) bool {
+	switch kind {
+	case "DoStmt", "RuleStmt", "ViewStmt", "DefineStmt", "IndexStmt":
+		return true
+	}
+	return strings.HasPrefix(kind, "Create") || strings.HasPrefix(kind, "Alter")
+}
+
+// funcCallKey says which members of a shallow FuncCall or UpdateStmt are
+// built.
+func funcCallKey(k string) bool { return k == "funcname" || k == "location" || k == "relation" }
 
 type walker struct {
 	sc                 *scanner
@@ -216,6 +254,7 @@ type walker struct {
 	m                  mapping
 	depth              int
 	stmtStart, stmtEnd int
+	kind               string // the statement's node type
 
 	toks []bool       // token starts of the statement, built on first use
 	used map[int]bool // statement offsets of references already reported
@@ -249,7 +288,8 @@ func (w *walker) member(key string, val *jval) error {
 		}
 		// The name is the call's own: walk everything else.
 		for i := range val.obj {
-			if f := &val.obj[i]; f.key != "funcname" {
+			// argv is a copy of args, whose calls forEach has found.
+			if f := &val.obj[i]; f.key != "funcname" && f.key != "argv" {
 				if err := w.member(f.key, &f.val); err != nil {
 					return err
 				}
@@ -267,9 +307,18 @@ func (w *walker) member(key string, val *jval) error {
 	case "A_Indirection":
 		err = w.indirection(val)
 	case "ColumnRef":
-		if w.depth > 0 {
-			err = w.columnRef(val)
+		err = w.columnRef(val)
+	case "VariableSetStmt":
+		if w.kind == key { // not the SET clause of a definition
+			w.setStmt(val)
 		}
+		return nil
+	case "DiscardStmt":
+		w.discardStmt(val)
+		return nil
+	case "UpdateStmt":
+		w.updateStmt(val)
+		return nil
 	case "objname":
 		err = w.nameList(val, "object")
 	case "funcname", "handler_name", "func_name", "plhandler", "plinline", "plvalidator":
@@ -347,6 +396,7 @@ func (w *walker) report(name string, s, e int, kind Kind, via string) {
 	os, oe := w.m.span(s, e)
 	w.sc.res.Calls = append(w.sc.res.Calls, Call{
 		Func: name, Scope: info.scope, Op: info.op, Shared: info.shared, Start: os, End: oe, Kind: kind, Via: via,
+		Body: w.depth > 0 || definesCode(w.kind),
 	})
 }
 
@@ -360,6 +410,15 @@ func (w *walker) funcCall(v *jval) error {
 	pgcat := inPgCatalog(parts)
 	_, isAdv := advisoryFuncs[name]
 	isAdv = isAdv && pgcat
+	if name == "set_config" && pgcat {
+		lv, _ := v.get("location")
+		s, e, err := w.nameAt(lv.int(-1), parts, "call")
+		if err != nil {
+			return err
+		}
+		w.setConfig(v, s, e)
+		return nil
+	}
 	dynKind := extensionQueryFuncs[name]
 	if dynKind == "" && queryFuncs[name] && pgcat {
 		dynKind = DynamicQueryFunc
@@ -377,6 +436,13 @@ func (w *walker) funcCall(v *jval) error {
 	}
 	if isAdv {
 		w.report(name, s, e, KindCall, "")
+		if args := callArgs(v); len(args) > 0 {
+			c := &w.sc.res.Calls[len(w.sc.res.Calls)-1]
+			c.Args = make([]Arg, len(args))
+			for i := range args {
+				c.Args[i] = readArg(&args[i])
+			}
+		}
 	} else {
 		os, oe := w.m.span(s, e)
 		w.sc.res.Dynamic = append(w.sc.res.Dynamic, Dynamic{Kind: dynKind, Start: os, End: oe})
@@ -384,19 +450,31 @@ func (w *walker) funcCall(v *jval) error {
 	return nil
 }
 
-// nargs returns the number of arguments of a FuncCall: "nargs" in a
-// shallow tree (see countArgs), the length of "args" in a whole one.
+// nargs returns the number of arguments of a FuncCall: the length of
+// "argv" in a shallow tree (see countArgs), of "args" in a whole one.
 func nargs(v *jval) int {
-	if n, ok := v.get("nargs"); ok {
-		return n.int(-1)
-	}
-	if a, ok := v.get("args"); ok {
-		if a.kind != jArr {
-			return -1
+	a, ok := v.get("argv")
+	if !ok {
+		if a, ok = v.get("args"); !ok {
+			return 0
 		}
-		return len(a.arr)
 	}
-	return 0
+	if a.kind != jArr {
+		return -1
+	}
+	return len(a.arr)
+}
+
+// callArgs returns the arguments of a FuncCall (see nargs).
+func callArgs(v *jval) []jval {
+	a, ok := v.get("argv")
+	if !ok {
+		a, _ = v.get("args")
+	}
+	if a == nil || a.kind != jArr {
+		return nil
+	}
+	return a.arr
 }
 
 // defElem reports an option of a definition that names an advisory-lock
@@ -542,9 +620,12 @@ func (w *walker) indirection(v *jval) error {
 	return nil
 }
 
-// columnRef reports param.pg_advisory_lock in a function body: attribute
-// notation on a parameter (or a row variable). At the top level the first
-// name can only be a table, whose row no advisory-lock function accepts.
+// columnRef reports x.pg_advisory_lock: attribute notation on a parameter
+// or row variable (in a function body), or on a whole-row reference to a
+// table (t.pg_advisory_lock), which PostgreSQL runs as a call when the row
+// type has a cast to the function's argument type. A column really named
+// like a lock function is reported too: the documented false positive,
+// since the scanner cannot see the catalog.
 func (w *walker) columnRef(v *jval) error {
 	fv, _ := v.get("fields")
 	if fv == nil || len(fv.arr) < 2 {
@@ -697,6 +778,7 @@ func (w *walker) body(v *jval, optKey, defLang string) error {
 		}
 		return &ParseError{Msg: "cannot map the function body back to the query (write it as a $$ or '...' string)", Pos: pos, Err: lerr}
 	}
+	w.sc.res.Deferred = true
 	bm := w.m.lit(lit)
 	for k, rd := range bodyReadings(opts, optKey == "options", lit.val, w.sc.rd) {
 		sub := &scanner{rd: rd}
@@ -779,10 +861,16 @@ func bodyReadings(opts *jval, function bool, body string, cur reading) []reading
 // merge adds the findings of r that sc does not have yet.
 func (sc *scanner) merge(r Result) {
 	for _, c := range r.Calls {
-		if !slices.Contains(sc.res.Calls, c) {
+		if !slices.ContainsFunc(sc.res.Calls, func(d Call) bool { return sameCall(c, d) }) {
 			sc.res.Calls = append(sc.res.Calls, c)
 		}
 	}
+	for _, c := range r.Settings {
+		if !slices.Contains(sc.res.Settings, c) {
+			sc.res.Settings = append(sc.res.Settings, c)
+		}
+	}
+	sc.res.Deferred = sc.res.Deferred || r.Deferred
 	for _, d := range r.Dynamic {
 		if !slices.Contains(sc.res.Dynamic, d) {
 			sc.res.Dynamic = append(sc.res.Dynamic, d)
@@ -959,6 +1047,7 @@ func (sc *scanner) dynamicExecute(tree *jval, text string, em mapping, depth int
 	}
 	sc.res.Calls = append(sc.res.Calls, sub.res.Calls...)
 	sc.res.Dynamic = append(sc.res.Dynamic, sub.res.Dynamic...)
+	sc.res.Settings = append(sc.res.Settings, sub.res.Settings...)
 	return nil
 }
 

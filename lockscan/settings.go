@@ -168,31 +168,44 @@ var clientEncodings = map[string]bool{
 	"johab":   false,
 }
 
-// ChangesReadingSettings reports whether query may change, in its own text,
-// a setting that decides how the server reads later text: SET [SESSION |
-// LOCAL] standard_conforming_strings or client_encoding, SET NAMES, RESET
-// (of either, or ALL), DISCARD ALL, set_config('standard_conforming_strings'
-// | 'client_encoding', ...), or the same inside a DO block or function
-// body. The server parses a whole simple-protocol Query before running any
-// of it, but bodies, EXECUTE strings and later extended-protocol messages
-// are read after the change, under the new value; the ParameterStatus that
-// reports it arrives only afterwards. A guard therefore treats a statement
-// that changes these settings and also mentions an advisory-lock function as
-// unscannable.
-//
-// It is a lexical check, never a parse, and errs towards true: it looks for
-// the words "conforming", "encoding", "set_config", "reset", "discard" and
-// "names" (ASCII case-insensitively, anywhere in the bytes, strings and
-// comments included), and for the spellings that
-// can hide a word (U& escapes, backslash escapes, string continuation; see
-// MayContainCall). It never allocates.
+// ChangesReadingSettings reports whether query changes, in its own text, a
+// setting that decides how the server reads later text
+// (standard_conforming_strings, client_encoding, backslash_quote; see
+// SettingChange.Reading), read from PostgreSQL's parse tree with the
+// server's default settings: Scan(query) and Result.ChangesReading. The
+// server parses a whole simple-protocol Query before running any of it,
+// but bodies, EXECUTE strings and later extended-protocol messages are read
+// after the change, under the new value; the ParameterStatus that reports
+// it arrives only afterwards. Words in strings, comments and identifiers
+// do not count. A query the scanner cannot read is reported as changing
+// them (fail closed).
 func ChangesReadingSettings(query string) bool {
+	r, err := defaultScanner.Scan(query)
+	return err != nil || r.ChangesReading()
+}
+
+// MayChangeSettings is the pre-filter for Result.Settings: when it returns
+// false, the query changes none of the settings SettingChange reports, so
+// Scan finds no Settings without parsing. It is a lexical check that errs
+// towards true and never allocates: a change names its setting
+// ("conforming", "encoding", "backslash", "timeout"), or is SET NAMES,
+// RESET ALL, DISCARD ALL, set_config (whose first argument may be an
+// expression) or an UPDATE of pg_settings, each as a word the parser needs ASCII case-insensitively
+// anywhere in the bytes; a string or identifier may also spell them with
+// escapes (U&, backslash escapes, string continuation), as MayContainCall
+// explains. The word "set" alone is not an anchor: UPDATE t SET ... is not
+// a change.
+func MayChangeSettings(query string) bool {
 	for i := 0; i+1 < len(query); i++ {
 		c := query[i] | 0x20
 		switch {
 		case c == 'c' && hasFold(query, i, "conforming"):
 			return true
 		case c == 'e' && hasFold(query, i, "encoding"):
+			return true
+		case c == 'b' && hasFold(query, i, "backslash"):
+			return true
+		case c == 't' && hasFold(query, i, "timeout"):
 			return true
 		case c == 's' && hasFold(query, i, "set") && setConfigAt(query, i+3):
 			return true
@@ -201,6 +214,8 @@ func ChangesReadingSettings(query string) bool {
 		case c == 'd' && hasFold(query, i, "discard"):
 			return true
 		case c == 'n' && hasFold(query, i, "names"):
+			return true
+		case c == 'p' && hasFoldEsc(query, i, "pg_settings"):
 			return true
 		case query[i] == '\\' && isEscapeAnchor(query[i+1]):
 			return true

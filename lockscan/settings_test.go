@@ -186,7 +186,7 @@ func TestChangesReadingSettings(t *testing.T) {
 		"DISCARD ALL",
 		"SELECT set_config('standard_conforming_strings', 'off', false)",
 		"SELECT pg_catalog.SET_CONFIG($1, $2, false), pg_advisory_lock(1)",
-		`SELECT U&"set\005fconfig"('x', 'y', false)`,
+		`SELECT U&"set\005fconfig"('client_encoding', 'y', false)`,
 		`DO E'BEGIN PERFORM set\x5fconfig($1, $2, false); END'`,
 		"DO $$BEGIN SET standard_conforming_strings = off; END$$",
 		"DO $$BEGIN EXECUTE 'SET standard_con'\n'forming_strings = off'; END$$",
