@@ -153,7 +153,8 @@ func TestParseLockTimeout(t *testing.T) {
 }
 
 func TestTrackLockTimeout(t *testing.T) {
-	c := &guardConn{predicted: 'I'}
+	g := newGuard(defaultConfig())
+	c := &guardConn{g: g, predicted: 'I'}
 	for _, tc := range []struct {
 		stmt string
 		want holdTimeouts
@@ -169,6 +170,10 @@ func TestTrackLockTimeout(t *testing.T) {
 		{"SELECT set_config('lock_timeout', '1s', true)", holdTimeouts{lock: 3 * time.Second, lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}}, // local
 		{"SET lock_timeout = 0", holdTimeouts{lockSet: true, stmt: 300 * time.Millisecond, stmtSet: true}},
 		{"RESET ALL", holdTimeouts{}},
+		// Found in the parse tree wherever the call stands, in any case.
+		{"SELECT 1 AS one, PG_CATALOG.SET_CONFIG('lock_timeout', '4s', false)", holdTimeouts{lock: 4 * time.Second, lockSet: true}},
+		{"SELECT 'SET lock_timeout = 1' AS not_a_change", holdTimeouts{lock: 4 * time.Second, lockSet: true}},
+		{"DISCARD ALL", holdTimeouts{}},
 	} {
 		c.trackLockTimeout(tc.stmt)
 		if c.timeouts != tc.want {
@@ -177,7 +182,7 @@ func TestTrackLockTimeout(t *testing.T) {
 	}
 	// A SET in a transaction is undone by its ROLLBACK, kept by COMMIT.
 	for _, end := range []string{"ROLLBACK", "COMMIT"} {
-		c = &guardConn{predicted: 'I'}
+		c = &guardConn{g: g, predicted: 'I'}
 		c.trackLockTimeout("SET lock_timeout = '1s'")
 		c.predicted = 'T'
 		c.trackLockTimeout("SET lock_timeout = '2s'")
