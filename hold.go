@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -86,7 +87,7 @@ type holdArg struct {
 	lit   string // the literal's digits ("" for NULL)
 	null  bool   // the literal NULL
 	cast  string // "int8", "int4" or "" (none)
-	raw   string // the argument as written
+	raw   string // the argument as the stand-in writes it (canonical, from the parse tree)
 }
 
 // holdPlan is a lone lock call the guard holds: what to do, and the
@@ -107,161 +108,55 @@ type holdPlan struct {
 	timeouts  holdTimeouts // the session's lock_timeout and statement_timeout, as seen
 }
 
-// holdShape reads text as SELECT <call>(<args>) [AS alias] [;] and returns
-// the arguments and the alias as written. ok is false for anything else.
-func holdShape(text string, call lockscan.Call) (args []holdArg, alias string, ok bool) {
-	w, rest := firstWord(text)
-	if !strings.EqualFold(w, "select") || rest == "" || !isBlank(rest[0]) {
-		return nil, "", false
-	}
-	i := skipBlanks(text, len(text)-len(rest))
-	if q := strings.TrimSpace(text[i:call.Start]); q != "" {
-		// Only PostgreSQL's own schema may qualify the name.
-		q = strings.TrimSpace(strings.TrimSuffix(q, "."))
-		if !strings.EqualFold(q, "pg_catalog") && q != `"pg_catalog"` || !strings.HasSuffix(strings.TrimSpace(text[i:call.Start]), ".") {
-			return nil, "", false
-		}
-	}
-	bounds, closing, ok := holdArgBounds(text, call.End)
+// holdShape returns the arguments and the result column of a statement
+// that is one lone lock call (lockscan's LoneCall: SELECT [pg_catalog.]fn(args)
+// [AS alias], read by PostgreSQL's parser), each argument an integer or
+// quoted-integer literal, NULL or $n, cast to int8 or int4 at most. The
+// arguments are written back in a canonical form (raw) that the server reads
+// as it reads the call's own. ok is false for anything else.
+func holdShape(r lockscan.Result) (args []holdArg, column string, ok bool) {
+	lone, ok := r.Lone()
 	if !ok {
 		return nil, "", false
 	}
-	for j := 0; j+1 < len(bounds); j++ {
-		a := strings.TrimSpace(text[bounds[j]+1 : bounds[j+1]])
-		if a == "" && len(bounds) == 2 {
-			break // no arguments
+	if args, ok = holdArgs(lone.Call.Args); !ok {
+		return nil, "", false
+	}
+	return args, lone.Column, true
+}
+
+// holdArgs converts the arguments lockscan read of a lock call: each an
+// integer or quoted-integer literal, NULL or $n, cast to int8 or int4 at
+// most; ok is false for any other argument.
+func holdArgs(in []lockscan.Arg) (args []holdArg, ok bool) {
+	for _, a := range in {
+		arg := holdArg{cast: a.Cast}
+		switch a.Kind {
+		case lockscan.ArgInt:
+			arg.lit, arg.raw = a.Value, a.Value
+		case lockscan.ArgString:
+			v := strings.TrimSpace(a.Value)
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				return nil, false
+			}
+			arg.lit, arg.raw = v, "'"+v+"'"
+		case lockscan.ArgParam:
+			arg.param, arg.raw = a.Param, "$"+strconv.Itoa(a.Param)
+		case lockscan.ArgNull:
+			arg.null, arg.raw = true, "NULL"
+		default:
+			return nil, false
 		}
-		arg, ok := parseHoldArg(a)
-		if !ok {
-			return nil, "", false
+		switch a.Cast {
+		case "":
+		case "int8", "int4":
+			arg.raw = "(" + arg.raw + ")::" + a.Cast
+		default:
+			return nil, false
 		}
 		args = append(args, arg)
 	}
-	i = skipBlanks(text, closing+1)
-	if w, r := firstWord(text[i:]); strings.EqualFold(w, "as") && r != "" && isBlank(r[0]) {
-		j := skipBlanks(text, len(text)-len(r))
-		n := identLen(text[j:])
-		if n == 0 {
-			return nil, "", false
-		}
-		alias = text[j : j+n]
-		i = skipBlanks(text, j+n)
-	}
-	if i < len(text) && text[i] == ';' {
-		i = skipBlanks(text, i+1)
-	}
-	if i != len(text) {
-		return nil, "", false
-	}
-	return args, alias, true
-}
-
-// holdArgBounds reads the argument list after a lock function's name:
-// the offsets of its opening parenthesis, of the commas between arguments
-// and of its closing parenthesis. A held call's arguments are integers,
-// parameters, casts and parentheses: any other character fails.
-func holdArgBounds(text string, nameEnd int) (bounds []int, closing int, ok bool) {
-	i := skipBlanks(text, nameEnd)
-	if i >= len(text) || text[i] != '(' {
-		return nil, 0, false
-	}
-	bounds = []int{i}
-	depth := 0
-	for ; i < len(text); i++ {
-		switch c := text[i]; {
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return append(bounds, i), i, true
-			}
-		case c == ',' && depth == 1:
-			bounds = append(bounds, i)
-		case c == '\'':
-			j := strings.IndexByte(text[i+1:], '\'')
-			if j < 0 {
-				return nil, 0, false
-			}
-			i += j + 1 // a quoted integer: parseHoldArg checks it
-		case c == '$' || c == ':' || c == '-' || c == '+' || isBlank(c) || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_':
-		default:
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' }
-
-// identLen returns the length of the identifier at the start of s (plain,
-// or double-quoted without embedded quotes), or 0.
-func identLen(s string) int {
-	if s == "" {
-		return 0
-	}
-	if s[0] == '"' {
-		if j := strings.IndexByte(s[1:], '"'); j > 0 && (len(s) == j+2 || s[j+2] != '"') {
-			return j + 2
-		}
-		return 0
-	}
-	n := 0
-	for n < len(s) && (isIdentByte(s[n]) || n > 0 && s[n] == '$') {
-		if n == 0 && s[0] >= '0' && s[0] <= '9' {
-			return 0
-		}
-		n++
-	}
-	return n
-}
-
-// trimParens removes the parentheses around a (and the blanks inside
-// them), as many pairs as enclose it.
-func trimParens(a string) string {
-	for len(a) > 1 && a[0] == '(' && a[len(a)-1] == ')' {
-		a = strings.TrimSpace(a[1 : len(a)-1])
-	}
-	return a
-}
-
-// parseHoldArg reads one argument: an integer literal (optionally quoted, as
-// pgx's simple protocol sends strings), NULL, or $n, each optionally in
-// parentheses and cast to an integer type.
-func parseHoldArg(a string) (holdArg, bool) {
-	arg := holdArg{raw: a}
-	a = trimParens(a)
-	if k := strings.Index(a, "::"); k >= 0 {
-		switch strings.ToLower(strings.TrimSpace(a[k+2:])) {
-		case "int8", "bigint":
-			arg.cast = "int8"
-		case "int4", "integer", "int":
-			arg.cast = "int4"
-		default:
-			return holdArg{}, false
-		}
-		a = trimParens(strings.TrimSpace(a[:k]))
-	}
-	if len(a) > 1 && a[0] == '$' {
-		n, err := strconv.Atoi(a[1:])
-		if err != nil || n < 1 {
-			return holdArg{}, false
-		}
-		arg.param = n
-		return arg, true
-	}
-	if strings.EqualFold(a, "null") {
-		arg.null = true
-		return arg, true
-	}
-	if len(a) > 2 && a[0] == '\'' && a[len(a)-1] == '\'' {
-		a = strings.TrimSpace(a[1 : len(a)-1])
-	}
-	if _, err := strconv.ParseInt(a, 10, 64); err != nil {
-		return holdArg{}, false
-	}
-	arg.lit = a
-	return arg, true
+	return args, true
 }
 
 // keyStatus is what the hold can tell of a lock call's key.
@@ -359,7 +254,7 @@ func paramOID(paramTypes []byte, n int) uint32 {
 // answer an error: the stand-in of a call whose key the hold found bad or
 // NULL takes nothing and must not answer as if it had. t is 'Q' or 'P'
 // (paramTypes: the rest of the Parse body).
-func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer, check bool, paramTypes []byte) []byte {
+func standIn(t byte, call lockscan.Call, args []holdArg, column string, answer, check bool, paramTypes []byte) []byte {
 	key := "0"
 	switch len(args) {
 	case 1:
@@ -381,10 +276,7 @@ func standIn(t byte, call lockscan.Call, args []holdArg, alias string, answer, c
 	default:
 		expr = "(" + v + " <> 0)"
 	}
-	if alias == "" {
-		alias = call.Func
-	}
-	text := "SELECT " + expr + " AS " + alias
+	text := "SELECT " + expr + " AS " + pgx.Identifier{column}.Sanitize()
 	if t == 'Q' {
 		return encodeMessage('Q', []byte(text), []byte{0})
 	}
@@ -404,7 +296,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 	if call.Kind != lockscan.KindCall || call.Scope != lockscan.ScopeSession {
 		return nil, nil, false
 	}
-	args, alias, ok := holdShape(text, call)
+	args, alias, ok := holdShape(r)
 	if !ok || (call.Op == lockscan.OpUnlockAll) != (len(args) == 0) {
 		return nil, nil, false
 	}
@@ -481,7 +373,7 @@ func (c *guardConn) selfConflict(text string, calls []lockscan.Call, scope locks
 			continue
 		}
 		refuse := &HoldSelfLockError{Func: call.Func, Query: text, Position: call.Start + 1}
-		key, st, ok := callKey(text, call, bind, paramTypes)
+		key, st, ok := callKey(call, bind, paramTypes)
 		switch {
 		case !ok:
 			return refuse
@@ -496,20 +388,13 @@ func (c *guardConn) selfConflict(text string, calls []lockscan.Call, scope locks
 	return nil
 }
 
-// callKey reads the key of a lock call anywhere in text. ok is false when
-// its arguments are not integers, NULL or parameters.
-func callKey(text string, call lockscan.Call, bind *bindMsg, paramTypes []byte) (holdKey, keyStatus, bool) {
-	bounds, _, ok := holdArgBounds(text, call.End)
-	if !ok {
+// callKey reads the key of a lock call anywhere in a statement, from the
+// arguments lockscan read. ok is false when they are not integers, NULL or
+// parameters.
+func callKey(call lockscan.Call, bind *bindMsg, paramTypes []byte) (holdKey, keyStatus, bool) {
+	args, ok := holdArgs(call.Args)
+	if !ok || len(args) == 0 { // a lock call has a key: none read is unknown
 		return holdKey{}, keyBad, false
-	}
-	var args []holdArg
-	for j := 0; j+1 < len(bounds); j++ {
-		arg, ok := parseHoldArg(strings.TrimSpace(text[bounds[j]+1 : bounds[j+1]]))
-		if !ok {
-			return holdKey{}, keyBad, false
-		}
-		args = append(args, arg)
 	}
 	key, st := holdKeyOf(args, bind, paramTypes)
 	return key, st, true
@@ -530,7 +415,7 @@ func (c *guardConn) noteXact(text string, calls []lockscan.Call, bind *bindMsg, 
 		if call.Scope != lockscan.ScopeXact || call.Op != lockscan.OpLock && call.Op != lockscan.OpTryLock {
 			continue
 		}
-		key, st, ok := callKey(text, call, bind, paramTypes)
+		key, st, ok := callKey(call, bind, paramTypes)
 		if !ok {
 			c.xact.unknown = true
 			continue

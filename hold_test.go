@@ -15,32 +15,33 @@ func TestHoldShape(t *testing.T) {
 	for _, tc := range []struct {
 		query string
 		args  int    // -1: not held
-		alias string // as written
+		alias string // the result column, as the server names it
 	}{
-		{"SELECT pg_advisory_lock($1)", 1, ""},
-		{"select pg_advisory_lock( $1 ) ;", 1, ""},
+		{"SELECT pg_advisory_lock($1)", 1, "pg_advisory_lock"},
+		{"select pg_advisory_lock( $1 ) ;", 1, "pg_advisory_lock"},
 		{"SELECT pg_catalog.pg_try_advisory_lock(42) AS ok", 1, "ok"},
-		{"SELECT pg_try_advisory_lock('42')", 1, ""},
-		{"SELECT pg_try_advisory_lock( -42)", 1, ""},
-		{"SELECT pg_try_advisory_lock(($1)::bigint) AS \"Got\"", 1, "\"Got\""},
-		{"SELECT pg_advisory_lock(1, $2)", 2, ""},
-		{"SELECT pg_advisory_unlock_all()", 0, ""},
+		{"SELECT pg_try_advisory_lock('42')", 1, "pg_try_advisory_lock"},
+		{"SELECT pg_try_advisory_lock( -42)", 1, "pg_try_advisory_lock"},
+		{"SELECT pg_try_advisory_lock(($1)::bigint) AS \"Got\"", 1, "Got"},
+		{"SELECT pg_try_advisory_lock(1) AS Got -- folded", 1, "got"},
+		{"SELECT pg_advisory_lock(1) AS \"a\"\"b\"", 1, "a\"b"},
+		{"SELECT pg_advisory_lock(1, $2)", 2, "pg_advisory_lock"},
+		{"SELECT pg_advisory_unlock_all()", 0, "pg_advisory_unlock_all"},
 		{"SELECT pg_advisory_lock(hashtext('x'))", -1, ""},
 		{"SELECT pg_advisory_lock($1), 1", -1, ""},
 		{"SELECT 1, pg_advisory_lock($1)", -1, ""},
 		{"SELECT pg_advisory_lock($1) FROM t", -1, ""},
-		{"SELECT pg_advisory_lock($1) ok", -1, ""},
+		{"SELECT pg_advisory_lock($1) ok", 1, "ok"}, // an alias without AS
 		{"SELECT pg_advisory_lock($1); SELECT 1", -1, ""},
 		{"SELECT pg_advisory_lock($1::text)", -1, ""},
 		{"SELECT pg_advisory_lock(1.5)", -1, ""},
-		{"SELECT pg_advisory_lock(1) AS \"a\"\"b\"", -1, ""},
 		{"WITH x AS (SELECT 1) SELECT pg_advisory_lock(1)", -1, ""},
 	} {
 		res, err := lockscan.NewScanner(16).Scan(tc.query)
 		if err != nil || len(res.Calls) != 1 {
 			t.Fatalf("%q: scan %v, %v", tc.query, res, err)
 		}
-		args, alias, ok := holdShape(tc.query, res.Calls[0])
+		args, alias, ok := holdShape(res)
 		if tc.args < 0 {
 			if ok {
 				t.Errorf("%q held (args %v)", tc.query, args)
@@ -59,12 +60,17 @@ func TestHoldShape(t *testing.T) {
 func TestHoldKeyOf(t *testing.T) {
 	bind := &bindMsg{formats: []int16{0, 1, 0, 0}, values: [][]byte{[]byte(" 7 "), {0, 0, 0, 9}, nil, []byte("4294967301")}}
 	int8Params := []byte{0, 2, 0, 0, 0, 20, 0, 0, 0, 20} // two parameters, both int8
-	arg := func(s string) holdArg {
-		a, ok := parseHoldArg(s)
-		if !ok {
-			t.Fatalf("parseHoldArg(%q) failed", s)
+	argsOf := func(in []string) []holdArg {
+		q := "SELECT pg_advisory_lock(" + strings.Join(in, ", ") + ")"
+		res, err := lockscan.NewScanner(16).Scan(q)
+		if err != nil || len(res.Calls) != 1 {
+			t.Fatalf("%q: scan %v, %v", q, res, err)
 		}
-		return a
+		args, ok := holdArgs(res.Calls[0].Args)
+		if !ok {
+			t.Fatalf("%q: arguments not read", q)
+		}
+		return args
 	}
 	for _, tc := range []struct {
 		args  []string
@@ -88,11 +94,7 @@ func TestHoldKeyOf(t *testing.T) {
 		{[]string{"NULL::int8"}, nil, "", keyNull},
 		{[]string{"1", "null"}, nil, "", keyNull},
 	} {
-		var args []holdArg
-		for _, a := range tc.args {
-			args = append(args, arg(a))
-		}
-		k, st := holdKeyOf(args, bind, tc.types)
+		k, st := holdKeyOf(argsOf(tc.args), bind, tc.types)
 		if st != tc.st || st == keyOK && k.String() != tc.want {
 			t.Errorf("%v: %v %v, want %s %v", tc.args, k, st, tc.want, tc.st)
 		}
@@ -103,30 +105,32 @@ func TestHoldKeyOf(t *testing.T) {
 // types, the column's name and type, and answers as the call would; its
 // arguments go through a function of the lock function's argument types.
 func TestStandIn(t *testing.T) {
-	scan := func(q string) lockscan.Call {
+	scan := func(q string) (lockscan.Call, []holdArg, string) {
 		res, err := lockscan.NewScanner(4).Scan(q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res.Calls[0]
+		args, column, ok := holdShape(res)
+		if !ok {
+			t.Fatalf("%q: not a lone call", q)
+		}
+		return res.Calls[0], args, column
 	}
 	text := func(msg []byte) string { return strings.TrimSuffix(string(msg[5:]), "\x00") }
 	q := "SELECT pg_try_advisory_lock($1) AS got"
-	call := scan(q)
-	args, alias, _ := holdShape(q, call)
-	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) = 0) AS got" {
+	call, args, alias := scan(q)
+	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) = 0) AS \"got\"" {
 		t.Errorf("try-lock true: %s", got)
 	}
-	if got := text(standIn('Q', call, args, alias, false, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) <> 0) AS got" {
+	if got := text(standIn('Q', call, args, alias, false, false, nil)); got != "SELECT (0 * pg_catalog.int8larger($1, 0) <> 0) AS \"got\"" {
 		t.Errorf("try-lock false: %s", got)
 	}
-	if got := text(standIn('Q', call, args, alias, true, true, nil)); got != "SELECT ((0 * (pg_catalog.int8larger($1, 0))::int8 + 2147483648)::int4 = 0) AS got" {
+	if got := text(standIn('Q', call, args, alias, true, true, nil)); got != "SELECT ((0 * (pg_catalog.int8larger($1, 0))::int8 + 2147483648)::int4 = 0) AS \"got\"" {
 		t.Errorf("try-lock of a bad key: %s", got)
 	}
 	q = "SELECT pg_advisory_lock(1, (2)::int4)"
-	call = scan(q)
-	args, alias, _ = holdShape(q, call)
-	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT pg_catalog.pg_sleep(0 * pg_catalog.int4larger(1, (2)::int4)) AS pg_advisory_lock" {
+	call, args, alias = scan(q)
+	if got := text(standIn('Q', call, args, alias, true, false, nil)); got != "SELECT pg_catalog.pg_sleep(0 * pg_catalog.int4larger(1, (2)::int4)) AS \"pg_advisory_lock\"" {
 		t.Errorf("lock: %s", got)
 	}
 	// A Parse keeps its parameter type list.
