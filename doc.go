@@ -63,10 +63,13 @@
 //     pg_advisory_xact_lock (and the try/shared variants); an unlock of a key
 //     the transaction took that way returns true (the lock ends at COMMIT or
 //     ROLLBACK), of any other key false; pg_advisory_unlock_all() does
-//     nothing. Outside a transaction, or inside a function body or DO block,
-//     rewrite refuses. Policy warn logs and sends; allow sends.
+//     nothing. Outside a transaction rewrite holds a lone lock call as hold
+//     does and refuses the rest; inside a function body or DO block it
+//     refuses. Policy hold keeps session locks for the connection (below).
+//     Policy warn logs and sends; allow sends.
 //   - Statement mode: transactions and transaction-level lock calls are
-//     refused (PA002, *StatementPoolingError) under reject and rewrite.
+//     refused (PA002, *StatementPoolingError) under reject, rewrite and
+//     hold, and session-level ones as under reject.
 //   - Dynamic SQL the scanner cannot see into (EXECUTE in PL/pgSQL, dblink,
 //     query_to_xml, ts_rewrite, other languages) behind transaction or
 //     statement pooling follows the dynamic policy: warn (default), reject
@@ -80,6 +83,43 @@
 // standard_conforming_strings and client_encoding from ParameterStatus, and
 // a statement that may change them makes the rest of its unit unreadable
 // until the server has answered.
+//
+// # Policy hold
+//
+// Under PolicyHold (pgadvisory_policy=hold), behind transaction pooling, a
+// statement that is one session-level lock call and nothing else, alone in
+// its round trip (SELECT pg_advisory_lock($1), the try, shared, two-key and
+// unlock forms, pg_advisory_unlock_all(); integer literals, NULL or bound
+// parameters), is held for the client connection: a holder, a server
+// connection of the guard's own through the same pooler, takes the
+// session-level lock (pg_try_advisory_lock[_shared]) inside a transaction
+// it keeps open, one holder per key; the unlock of one mode is
+// pg_advisory_unlock[_shared] there, and the last one ends the holder with
+// pg_advisory_unlock_all() and ROLLBACK. The lock is taken before the
+// client's statement goes to the server, as a stand-in of the same shape
+// that returns the answer (bad keys fail there as on PostgreSQL: 22003,
+// 42883; a NULL key gives NULL; nothing is held). A lock that must wait
+// polls in a new transaction each time, so waiters pin no server
+// connection; the wait ends with the caller's deadline, Close,
+// lock_timeout (55P03) or statement_timeout (57014) — followed from SET,
+// RESET and set_config(…, false), and otherwise read from the holder's
+// pg_settings reset_val when the wait starts (SET LOCAL and
+// set_config(…, true) are not followed).
+//
+// What cannot be sequenced with the server is refused whole with nothing
+// taken (PA009, ErrHoldFailed): a lock call that shares its round trip with
+// other statements, or inside a transaction its statement
+// (*HoldUnitError); a transaction-level lock of a held key, or a held lock
+// of a key the connection's own transaction locked (*HoldSelfLockError); a
+// holder PgBouncer has no server connection for (*HoldPoolError, naming
+// pool_size and the keys held). WithHoldLimits caps the keys held
+// (*HoldLimitError, PA008). If a holder ends, every later statement of the
+// connection fails with *LockLostError (PA007): database/sql (IsValid) and
+// pgxpool (AfterRelease) discard it. A database/sql pool keeps held locks
+// with the driver connection, as a session's (logged once); a pgxpool
+// releases them when the connection is released, and a pool whose
+// AfterRelease or PrepareConn was set after ConfigurePool fails its
+// connections with *PoolHooksError.
 //
 // # Pool mode
 //
@@ -127,9 +167,11 @@
 // Removed before pgx and the server see the DSN (URL and keyword/value forms):
 //
 //	pgadvisory_pool_mode            auto | direct | session | transaction | statement
-//	pgadvisory_policy               reject | rewrite | warn | allow
+//	pgadvisory_policy               reject | rewrite | warn | allow | hold
+//	pgadvisory_hold_max_per_conn    keys one connection may hold (hold; default 8)
+//	pgadvisory_hold_max             keys all connections may hold (hold; default 64)
 //	pgadvisory_dynamic              warn | reject | allow
-//	pgadvisory_leak_action          release | discard
+//	pgadvisory_leak_action          release | discard | keep
 //	pgadvisory_prepared_statements  true | false
 //	pgadvisory_pipeline_begin       true | false (default true)
 //	pgadvisory_admin_user, pgadvisory_admin_password, pgadvisory_admin_host,
@@ -144,5 +186,9 @@
 // languages' drivers). SCRAM channel binding cannot be required through it
 // (pgconn reads the binding data only from a *tls.Conn). A lock taken inside
 // a function already defined in the database cannot be seen by a SQL
-// scanner.
+// scanner. Under policy hold: when the pooler has no server connection for
+// the client's own statements the client gets PgBouncer's error, not a typed
+// one; if the server fails a stand-in after the hold acted (a statement_timeout
+// of about a millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
+// defaults reach only server connections the pooler opened after the ALTER.
 package pgadvisory

@@ -15,12 +15,15 @@ var errZeroConn = errors.New("pgadvisory: Conn not initialized: connections come
 
 // HoldUnitError refuses a session-level lock call that policy hold cannot
 // sequence with the server: it is not alone in its round trip (a pgx.Batch
-// or pipeline with other statements), or statements written before it are
-// still unanswered. The hold takes or releases the lock on a holder
-// connection before the client's statement reaches the server; with other
-// statements around it the server might skip the call (an earlier statement
-// failed) after the lock was already taken or released. Nothing is taken:
-// the whole unit fails as a failing statement would.
+// or pipeline with other statements), statements written before it are
+// still unanswered, or, inside a transaction, its statement holds more than
+// the call (a rewrite to the transaction-level twin would end with the
+// transaction, a session's lock does not). The hold takes or releases the
+// lock on a holder connection before the client's statement reaches the
+// server; with other statements around it the server might skip the call
+// (an earlier statement failed) after the lock was already taken or
+// released. Nothing is taken: the whole unit fails as a failing statement
+// would.
 type HoldUnitError struct {
 	// Func is the lock function.
 	Func string

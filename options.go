@@ -40,19 +40,25 @@ const (
 	// statement that is one session-level lock call and nothing else
 	// (SELECT pg_advisory_lock($1), pg_try_advisory_lock(42) AS ok,
 	// pg_advisory_unlock($1), pg_advisory_unlock_all(), shared and two-key
-	// forms, integer literals or bound parameters) is held by the guard: a
-	// server connection of its own, through the same pooler, keeps the lock
-	// in an open transaction until the client unlocks it, closes its
-	// connection or its pool resets it. The client sees what PostgreSQL
-	// shows a session: lock waits, try-lock returns true or false, locks
-	// count re-entrantly, unlock returns false (with PostgreSQL's WARNING)
-	// for a key not held. If a holder connection ends, the next statement
-	// fails with *LockLostError. Each held key costs one server connection
-	// of the pooler while held (WithHoldLimits caps them); a waiting lock
-	// polls with pg_try_advisory_xact_lock and pins none. Inside a
-	// transaction, other statements are rewritten as under PolicyRewrite;
-	// in autocommit they are rejected. Behind statement pooling, which
-	// cannot keep a transaction open, it rejects.
+	// forms, integer literals or bound parameters), alone in its round trip,
+	// is held by the guard: a server connection of its own, through the same
+	// pooler, takes the session-level lock inside an open transaction and
+	// keeps it until the client unlocks it or closes its connection, or a
+	// pgxpool takes the connection back (a database/sql pool keeps it with
+	// the connection, as a session's). The client sees what PostgreSQL shows
+	// a session: lock waits (bounded by the caller's deadline, Close,
+	// lock_timeout and statement_timeout), try-lock returns true or false,
+	// locks count re-entrantly per mode, unlock returns false (with
+	// PostgreSQL's WARNING) for a key not held. If a holder connection ends,
+	// every later statement of the connection fails with *LockLostError.
+	// Each held key costs one server connection of the pooler while held
+	// (WithHoldLimits caps them); a waiting lock polls with
+	// pg_try_advisory_lock in a new transaction each time and pins none. A
+	// lock call that shares its round trip with other statements, or,
+	// inside a transaction, its statement, is refused with *HoldUnitError
+	// and nothing is taken; in autocommit a statement with more than the
+	// call is rejected as under PolicyReject. Behind statement pooling,
+	// which cannot keep a transaction open, it rejects.
 	PolicyHold
 )
 
