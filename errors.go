@@ -63,12 +63,15 @@ var (
 	ErrHoldLimit = errors.New("pgadvisory: too many held advisory locks")
 
 	// ErrHoldFailed: the guard could not hold a session lock for this
-	// connection (its holder connection failed). Nothing was taken.
+	// connection (its holder could not connect or answered wrongly, the
+	// pooler had no server connection for it, or the statement cannot be
+	// held as sent). Nothing was taken.
 	ErrHoldFailed = errors.New("pgadvisory: advisory lock could not be held")
 )
 
-// LockLostError answers the first statement after held session locks were
-// lost (PolicyHold).
+// LockLostError answers every statement after held session locks were lost
+// (PolicyHold): as a session whose backend died, the connection is broken
+// for good (database/sql discards it, pgxpool destroys it on Release).
 type LockLostError struct {
 	// Keys are the lost keys, for example "(42)" or "(1, 2)".
 	Keys []string

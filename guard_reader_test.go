@@ -11,7 +11,7 @@ import (
 )
 
 // readerPassCases are statements that take no lock and that a word search
-// once refused (issue 21): words such as reset, discarded and encoding in
+// once refused: words such as reset, discarded and encoding in
 // strings and identifiers, a backslash in a comment, a $$ body.
 var readerPassCases = []string{
 	"SELECT 'discarded'",

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The statements of issue 21 that a word search took for setting changes:
+// Statements that a word search took for setting changes:
 // the parse tree finds none.
 var notSettingChanges = []string{
 	"SELECT 'discarded'",

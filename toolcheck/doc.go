@@ -1,6 +1,6 @@
 // Package toolcheck is the acceptance test of pgadvisory against real
 // migration tools that take session-level advisory locks, run unchanged
-// behind PgBouncer transaction pooling (issue 13, policy hold).
+// behind PgBouncer transaction pooling (policy hold).
 //
 // It is a module of its own so that the tools' dependencies never enter the
 // root go.mod. It holds tests only; run them from the repository root with
