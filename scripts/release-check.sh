@@ -58,8 +58,15 @@ stamp=$(git -C "$root" log -1 --format=%cI "$commit")
 echo "published to file://$work/proxy:"
 sed 's/^/  /' "$work/modules"
 
-export GOWORK=off GOSUMDB=off GOPROXY="file://$work/proxy,$upstream"
-userflags=$(go env GOFLAGS)
+# A module cache of the check's own: a version of this repository's modules
+# fetched by an earlier check (of another commit) stays in a module cache
+# for good and would be used instead of this commit's. Other modules come
+# from the machine's module cache, itself a file:// proxy, before the
+# network; -modcacherw lets the cleanup remove the private cache.
+realcache=$(go env GOMODCACHE)
+export GOMODCACHE=$work/modcache
+export GOWORK=off GOSUMDB=off GOPROXY="file://$work/proxy,file://$realcache/cache/download,$upstream"
+userflags="$(go env GOFLAGS) -modcacherw"
 # In the archive the modules' go.sum lack their siblings' lines (see
 # docs/release.md); -mod=mod lets the build add them there.
 export GOFLAGS="$userflags -mod=mod"
