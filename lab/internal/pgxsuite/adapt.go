@@ -339,6 +339,11 @@ func applyEdits(src []byte, edits []edit) []byte {
 // "session"); empty leaves the mode to pgadvisory's detection.
 const PoolModeEnv = "PGXSUITE_POOL_MODE"
 
+// AdminEnv is the environment variable through which the runner gives the
+// helper file PgBouncer admin-console credentials ("user:password") for
+// pgadvisory's detection; empty gives none.
+const AdminEnv = "PGXSUITE_ADMIN"
+
 // HelperFile returns the Go source of the file added to an adapted test
 // package: the wrappers the rewritten calls use, over pgadvisory's public API.
 func HelperFile(pkg string, api API) []byte {
@@ -396,13 +401,20 @@ func ` + helperDriver + `(name string) string {
 	return name
 }
 
-// ` + helperDSN + ` declares the pool mode in a DSN for sql.Open (which takes no
-// options) when ` + PoolModeEnv + ` is set. A name that is neither a URL nor
-// key=value pairs (stdlib.RegisterConnConfig's) is returned unchanged.
+// ` + helperDSN + ` declares the pool mode (` + PoolModeEnv + `) and the
+// admin-console credentials (` + AdminEnv + `) in a DSN for sql.Open (which
+// takes no options). A name that is neither a URL nor key=value pairs
+// (stdlib.RegisterConnConfig's) is returned unchanged.
 func ` + helperDSN + `(dsn string) string {
-	mode := os.Getenv("` + PoolModeEnv + `")
+	params := map[string]string{}
+	if mode := os.Getenv("` + PoolModeEnv + `"); mode != "" {
+		params["pgadvisory_pool_mode"] = mode
+	}
+	if user, password, ok := strings.Cut(os.Getenv("` + AdminEnv + `"), ":"); ok {
+		params["pgadvisory_admin_user"], params["pgadvisory_admin_password"] = user, password
+	}
 	switch {
-	case mode == "":
+	case len(params) == 0:
 		return dsn
 	case strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://"):
 		u, err := url.Parse(dsn)
@@ -410,28 +422,38 @@ func ` + helperDSN + `(dsn string) string {
 			return dsn
 		}
 		q := u.Query()
-		q.Set("pgadvisory_pool_mode", mode)
+		for k, v := range params {
+			q.Set(k, v)
+		}
 		u.RawQuery = q.Encode()
 		return u.String()
 	case strings.Contains(dsn, "="):
-		return dsn + " pgadvisory_pool_mode=" + mode
+		for k, v := range params {
+			dsn += " " + k + "='" + strings.NewReplacer(` + "`\\`, `\\\\`, `'`, `\\'`" + `).Replace(v) + "'"
+		}
+		return dsn
 	}
 	return dsn
 }
 `
 
 const helperOptions = `
-// pgadvisorySuiteOptions declares the pool mode named by ` + PoolModeEnv + `.
+// pgadvisorySuiteOptions declares the pool mode named by ` + PoolModeEnv + `
+// and the admin-console credentials of ` + AdminEnv + `.
 func pgadvisorySuiteOptions() []pgadvisory.Option {
+	var opts []pgadvisory.Option
+	if user, password, ok := strings.Cut(os.Getenv("` + AdminEnv + `"), ":"); ok {
+		opts = append(opts, pgadvisory.WithAdminCredentials(user, password))
+	}
 	s := os.Getenv("` + PoolModeEnv + `")
 	if s == "" {
-		return nil
+		return opts
 	}
 	m, err := poolmode.Parse(s)
 	if err != nil {
 		panic(fmt.Sprintf("` + PoolModeEnv + `: %v", err))
 	}
-	return []pgadvisory.Option{pgadvisory.WithPoolMode(m)}
+	return append(opts, pgadvisory.WithPoolMode(m))
 }
 
 // pgadvisorySuiteParsed reports whether pgx accepts config (*pgx.ConnConfig

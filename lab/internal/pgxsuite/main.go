@@ -43,6 +43,7 @@ type target struct {
 	name     string // as printed
 	dsn      string // PGX_TEST_DATABASE
 	poolMode string // declared to pgadvisory in the guarded run
+	admin    string // "user:password" of the admin console, for detection
 }
 
 type flags struct {
@@ -210,6 +211,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 		for i := range targets {
 			targets[i].poolMode = ""
 		}
+		// Detection proves session pooling through the admin console.
+		targets[1].admin = cluster.AdminUser() + ":" + cluster.AdminPassword()
 	}
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
@@ -251,6 +254,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 			env := append(append([]string(nil), copyEnv...), "PGX_TEST_DATABASE="+tg.dsn)
 			if side.tree == guarded && tg.poolMode != "" {
 				env = append(env, PoolModeEnv+"="+tg.poolMode)
+			}
+			if side.tree == guarded && tg.admin != "" {
+				env = append(env, AdminEnv+"="+tg.admin)
 			}
 			var raw io.Writer = io.Discard
 			if f.out != "" {
@@ -326,7 +332,7 @@ func childEnv(base []string) []string {
 		case k == "GOFLAGS":
 			goflags = v
 			continue
-		case k == "GOWORK" || k == "GOTOOLCHAIN" || k == "PGX_TEST_DATABASE" || k == PoolModeEnv:
+		case k == "GOWORK" || k == "GOTOOLCHAIN" || k == "PGX_TEST_DATABASE" || k == PoolModeEnv || k == AdminEnv:
 			continue
 		case strings.HasPrefix(k, "PG") && !strings.HasPrefix(k, "PGADVISORY_") && !strings.HasPrefix(k, "PGX_"):
 			continue
