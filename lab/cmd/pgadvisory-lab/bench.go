@@ -42,7 +42,7 @@ const (
 
 var (
 	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
-	allVariants  = []string{"a", "b", "c", "d", "e", "f"}
+	allVariants  = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}
 	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
 )
 
@@ -52,6 +52,7 @@ func defaultHotWorkers() int { return min(max(32*runtime.NumCPU(), 32), 256) }
 
 type benchOptions struct {
 	dsn, bouncerDSN         string
+	sessionDSN              string // PgBouncer in session mode (the hold cell's reference)
 	duration, warmup        time.Duration
 	rounds                  int
 	workloads, variants     []string
@@ -76,11 +77,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o := &benchOptions{}
 	fs.StringVar(&o.dsn, "dsn", "", "PostgreSQL DSN for the direct path (default: start PostgreSQL and PgBouncer through the test harness)")
 	fs.StringVar(&o.bouncerDSN, "pgbouncer-dsn", "", "DSN through PgBouncer in transaction mode (default: the harness's)")
+	fs.StringVar(&o.sessionDSN, "pgbouncer-session-dsn", "", "DSN through PgBouncer in session mode, the reference of variant i (default: the harness's; with -dsn and -pgbouncer-dsn and without it, i runs without its reference)")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per cell and round")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
-	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool")
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool, g pgxadvisory.WithXactLock+guarded pgxpool, h the seed's Begin/SET LOCAL/try-lock/Commit over a guarded and a plain pgxpool, i session lock+unlock under policy hold (PgBouncer transaction pooling) and plain (session pooling), 1 worker")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
 	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
 	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
@@ -98,8 +100,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "\nMeasures lock cycles side by side in one run: (a) the naive four-round-trip")
 		fmt.Fprintln(stderr, "pattern over pgxpool, (b) advisory.WithXactLock over pgx stdlib, (c) the same over")
 		fmt.Fprintln(stderr, "the pgadvisory driver, (e) the raw pgx Batch ceiling, (f) pgxadvisory.WithXactLock")
-		fmt.Fprintln(stderr, "over pgxpool, each directly and through PgBouncer in transaction mode, and")
-		fmt.Fprintln(stderr, "(d) Redlock over independent redis-server instances. Progress goes to stderr,")
+		fmt.Fprintln(stderr, "over pgxpool, (g) the same over a guarded pgxpool, (h) the seed's try-lock pattern")
+		fmt.Fprintln(stderr, "over a guarded and a plain pgxpool, each directly and through PgBouncer in")
+		fmt.Fprintln(stderr, "transaction mode; (i) a session lock + unlock under policy hold behind transaction")
+		fmt.Fprintln(stderr, "pooling beside plain pgx behind session pooling; and (d) Redlock over independent")
+		fmt.Fprintln(stderr, "redis-server instances. Progress goes to stderr,")
 		fmt.Fprintln(stderr, "the Markdown report to stdout.")
 		fs.PrintDefaults()
 	}
@@ -145,6 +150,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	poolSizeSet := false
 	fs.Visit(func(f *flag.Flag) { poolSizeSet = poolSizeSet || f.Name == "pool-size" })
+	if o.sessionDSN != "" && o.bouncerDSN == "" {
+		return usageError{"-pgbouncer-session-dsn goes with -dsn and -pgbouncer-dsn"}
+	}
 	if poolSizeSet && (o.dsn != "" || o.bouncerDSN != "") {
 		return usageError{"-pool-size applies to the PgBouncer the bench starts; with -dsn or -pgbouncer-dsn, size your own PgBouncer's pool"}
 	}
@@ -232,7 +240,7 @@ func (o *benchOptions) has(list []string, item string) bool { return slices.Cont
 
 func (o *benchOptions) needPostgres() bool {
 	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.has(o.variants, "e") ||
-		o.has(o.variants, "f") || o.overhead
+		o.has(o.variants, "f") || o.has(o.variants, "g") || o.has(o.variants, "h") || o.has(o.variants, "i") || o.overhead
 }
 
 func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr io.Writer) (err error) {
@@ -245,8 +253,8 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	meterOrder := []string{"client"}
 
 	if o.needPostgres() && o.dsn == "" && o.bouncerDSN == "" {
-		logf("bench: starting PostgreSQL and PgBouncer (transaction mode) through the test harness…")
-		cluster, err := pgbouncer.Start(ctx, pgbouncer.WithModes(pgbouncer.Transaction), pgbouncer.WithWidePoolSize(o.poolSize), pgbouncer.WithLogf(logf))
+		logf("bench: starting PostgreSQL and PgBouncer (transaction and session mode) through the test harness…")
+		cluster, err := pgbouncer.Start(ctx, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session), pgbouncer.WithWidePoolSize(o.poolSize), pgbouncer.WithLogf(logf))
 		if err != nil {
 			return fmt.Errorf("start servers (or give -dsn and -pgbouncer-dsn): %w", err)
 		}
@@ -263,6 +271,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			}
 		}()
 		o.dsn, o.bouncerDSN = cluster.DirectDSN(), cluster.WideDSN(pgbouncer.Transaction)
+		o.sessionDSN = cluster.WideDSN(pgbouncer.Session)
 		o.startedCluster = true
 		o.pgbVersion = bouncerVersion(ctx, cluster.AdminDSN(pgbouncer.Transaction))
 	}
@@ -333,6 +342,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	}()
 
 	locks, err := o.lockVariants()
+	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}, {Num: "h", Den: "h-plain"}, {Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
 	if err != nil {
 		return err
 	}
@@ -342,7 +352,8 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		Baseline:         "a",
 		OverheadBaseline: "pgx",
 		Meters:           meterOrder,
-		Goals:            goals(),
+		Goals:            o.goals(),
+		Refs:             refs,
 	}
 	if o.serversMetered(meters) {
 		// Without every server's meter, the cores of the machine would be
@@ -519,6 +530,23 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 				vs = append(vs, bench.PgxBatch("e", safe, path, o.lockTimeout))
 			case "f":
 				vs = append(vs, bench.PgxXactLock("f", safe, path, o.lockTimeout))
+			case "g":
+				vs = append(vs, bench.GuardedPgxXactLock("g", dsn, path, o.lockTimeout))
+			case "h":
+				vs = append(vs, bench.SeedPattern("h", dsn, path, true, o.lockTimeout),
+					bench.SeedPattern("h-plain", safe, path, false, o.lockTimeout))
+			case "i":
+				if path != bench.PathPgBouncer {
+					continue // hold is for transaction pooling
+				}
+				hold, err := withParam(dsn, "pgadvisory_policy", "hold")
+				if err != nil {
+					return nil, err
+				}
+				vs = append(vs, bench.SessionLock("i", hold, path, true, holdWorkers))
+				if o.sessionDSN != "" {
+					vs = append(vs, bench.SessionLock("i-plain", o.sessionDSN, bench.PathPgBouncerSession, false, holdWorkers))
+				}
 			}
 		}
 	}
@@ -545,14 +573,39 @@ func (o *benchOptions) overheadVariants() []bench.Variant {
 	return vs
 }
 
-func goals() []bench.Goal {
-	w := workloadContended
-	return []bench.Goal{
-		{Text: "(c) ≥ 1.5× (a) direct, 32 workers", Workload: w, Num: "c", NumPath: bench.PathDirect, Den: "a", DenPath: bench.PathDirect, Want: 1.5},
-		{Text: "(c) ≥ 2× (a) through PgBouncer, 32 workers", Workload: w, Num: "c", NumPath: bench.PathPgBouncer, Den: "a", DenPath: bench.PathPgBouncer, Want: 2},
-		{Text: "(c) direct ≥ (d) Redlock, 32 workers", Workload: w, Num: "c", NumPath: bench.PathDirect, Den: "d", DenPath: bench.PathRedis, Want: 1},
-		{Text: "(c) through PgBouncer ≥ (d) Redlock, 32 workers", Workload: w, Num: "c", NumPath: bench.PathPgBouncer, Den: "d", DenPath: bench.PathRedis, Want: 1},
+// holdWorkers is the most workers the hold cell (i) runs with: behind
+// session pooling every client pins a server connection of the pool, so
+// only the one-worker workload is a fair comparison.
+const holdWorkers = 1
+
+// Goals of the run: the lock helpers at the protocol ceiling ((c)/(e) and
+// (g)/(e) ≥ 0.95 in every workload and path), and a session lock held
+// behind transaction pooling at a session's cost (at most 1.3× the time of
+// plain pgx's cycle through session pooling, in 2 round trips).
+const (
+	ceilingShare  = 0.95
+	holdCostLimit = 1.3
+	holdTrips     = 2
+)
+
+func (o *benchOptions) goals() []bench.Goal {
+	var gs []bench.Goal
+	for _, w := range o.workloads {
+		for _, p := range o.paths {
+			path := bench.Path(p)
+			for _, id := range []string{"c", "g"} {
+				gs = append(gs, bench.Goal{Text: fmt.Sprintf("(%s)/(e) ≥ %.2f, %s, %s", id, ceilingShare, w, p),
+					Workload: w, Num: id, NumPath: path, Den: "e", DenPath: path, Want: ceilingShare})
+			}
+		}
 	}
+	w := workloadUncontended
+	gs = append(gs,
+		bench.Goal{Text: fmt.Sprintf("(i) hold cycle ≤ %.1f× plain session's time (locks/s ratio ≥ %.2f), %s", holdCostLimit, 1/holdCostLimit, w),
+			Workload: w, Num: "i", NumPath: bench.PathPgBouncer, Den: "i-plain", DenPath: bench.PathPgBouncerSession, Want: 1 / holdCostLimit},
+		bench.Goal{Text: fmt.Sprintf("(i) hold cycle in %d round trips, %s", holdTrips, w),
+			Workload: w, Num: "i", NumPath: bench.PathPgBouncer, MaxRoundTrips: holdTrips})
+	return gs
 }
 
 func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd float64, took time.Duration) [][2]string {
@@ -595,6 +648,8 @@ func (o *benchOptions) notes() []string {
 		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock: BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement. (f) runs the same lock code through pgxadvisory.WithXactLock on pgxpool, without database/sql: three round trips.",
 		fmt.Sprintf("Through PgBouncer, (a), (b), (e) and (f) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
 		"(d) uses redsync's defaults: 8 s expiry, up to 32 tries 50–250 ms apart, quorum of a majority; a contended Redlock sleeps and retries where PostgreSQL queues the waiter, so its contended latency is dominated by the retry delay.",
+		"(g) is (f) over a guarded pgxpool (pgadvisory.ConfigurePool, as pgadvisory.ParsePoolConfig makes it; the DSN as (c) gets it), which pipelines BEGIN with the lock: two round trips. (h) is the widely copied try-lock pattern unchanged (pool.Begin, SET LOCAL lock_timeout, SELECT pg_try_advisory_xact_lock($1), Commit) over a guarded pgxpool, beside (h-plain), the same over a plain pgxpool; a try that finds the key taken counts as a cycle in both.",
+		fmt.Sprintf("(i) takes SELECT pg_advisory_lock($1), then SELECT pg_advisory_unlock($1), on one pooled connection under pgadvisory_policy=hold behind PgBouncer transaction pooling (the guard keeps the lock on a holder connection); (i-plain) is plain pgx through PgBouncer session pooling. Both run only in workloads of at most %d worker: behind session pooling every client pins one of the pool's server connections.", holdWorkers),
 		"Latency columns are acquisition latency; throughput counts full cycles (acquire and release).",
 	}
 }

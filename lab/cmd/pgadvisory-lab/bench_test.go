@@ -33,6 +33,7 @@ func TestBenchUsage(t *testing.T) {
 		{"-dsn", "postgres://x@127.0.0.1/db", "-paths", "pgbouncer"},
 		{"-pool-size", "0"},
 		{"-pool-size", "33"},
+		{"-pgbouncer-session-dsn", "postgres://x@127.0.0.1:6433/db"},
 		{"-pool-size", "8", "-dsn", "postgres://x@127.0.0.1/db", "-pgbouncer-dsn", "postgres://x@127.0.0.1:6432/db"},
 	} {
 		var out, errOut bytes.Buffer
@@ -83,12 +84,13 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
+	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session))
 	dir := t.TempDir()
 	mdPath, svgPath, profPath := filepath.Join(dir, "bench.md"), filepath.Join(dir, "bench.svg"), filepath.Join(dir, "cpu.pprof")
 	var out, errOut bytes.Buffer
 	err := runBench(context.Background(), []string{
 		"-dsn", c.DirectDSN(), "-pgbouncer-dsn", c.WideDSN(pgbouncer.Transaction),
+		"-pgbouncer-session-dsn", c.WideDSN(pgbouncer.Session),
 		"-workloads", "uncontended", "-duration", "100ms", "-warmup", "0s",
 		"-redis-instances", "1",
 		"-out", mdPath, "-svg", svgPath, "-cpuprofile", profPath,
@@ -103,6 +105,10 @@ func TestBenchSmoke(t *testing.T) {
 		"| pgbouncer | (a) naive", "| pgbouncer | (b) WithXactLock, pgx stdlib", "| pgbouncer | (c) WithXactLock, pgadvisory driver",
 		"| direct | (e) raw pgx Batch", "| pgbouncer | (e) raw pgx Batch",
 		"| direct | (f) pgxadvisory.WithXactLock, pgxpool", "| pgbouncer | (f) pgxadvisory.WithXactLock, pgxpool",
+		"| direct | (g) pgxadvisory.WithXactLock, guarded pgxpool", "| pgbouncer | (g) pgxadvisory.WithXactLock, guarded pgxpool",
+		"| direct | (h) seed pattern", "| pgbouncer | (h-plain) seed pattern",
+		"| pgbouncer | (i) session lock + unlock, guard policy hold", "| pgbouncer-session | (i-plain) session lock + unlock, plain pgx",
+		"### Ratios to reference (same run)", "| (g)/(e) ≥ 0.95, uncontended, pgbouncer |", "| (i) hold cycle in 2 round trips, uncontended |",
 		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
 		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
 		// Always profiled; -cpuprofile also keeps the file.

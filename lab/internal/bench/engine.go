@@ -19,7 +19,9 @@ type Path string
 const (
 	PathDirect    Path = "direct"    // straight to PostgreSQL
 	PathPgBouncer Path = "pgbouncer" // through PgBouncer in transaction mode
-	PathRedis     Path = "redis"     // Redlock over independent Redis masters
+	// PathPgBouncerSession is through PgBouncer in session mode.
+	PathPgBouncerSession Path = "pgbouncer-session"
+	PathRedis            Path = "redis" // Redlock over independent Redis masters
 )
 
 // Target is one way of taking a lock, ready to run: a pool of connections
@@ -33,6 +35,14 @@ type Target interface {
 	Close() error
 }
 
+// RoundTripCounter is a Target that counts the round trips on its
+// connections (client writes answered by the server, on every connection
+// it opened, holders included). The engine reads it before and after the
+// measured phase and reports round trips per cycle.
+type RoundTripCounter interface {
+	RoundTrips() int64
+}
+
 // Variant is one contender of the benchmark on one path.
 type Variant struct {
 	ID   string // short identifier used for ratios: "a", "b", ...
@@ -41,7 +51,14 @@ type Variant struct {
 	// Open prepares a target whose pool holds up to conns connections
 	// (one per worker).
 	Open func(ctx context.Context, conns int) (Target, error)
+	// MaxWorkers, when positive, leaves the variant out of workloads with
+	// more workers (a session-pooled path pins a server connection per
+	// client).
+	MaxWorkers int
 }
+
+// runs reports whether v runs under w.
+func (v Variant) runs(w Workload) bool { return v.MaxWorkers <= 0 || w.Workers <= v.MaxWorkers }
 
 // Label is "(id) name".
 func (v Variant) Label() string { return "(" + v.ID + ") " + v.Name }
@@ -94,6 +111,19 @@ type Result struct {
 	// Layer), from a CPU profile of the process; nil when Attribute was
 	// not called.
 	Layers map[string]time.Duration
+	// RoundTrips is the round trips counted during the measured phases
+	// (targets that are a RoundTripCounter; else 0 and Counted false).
+	RoundTrips int64
+	Counted    bool
+}
+
+// RoundTripsPerCycle returns the counted round trips per completed cycle,
+// and whether they were counted.
+func (r *Result) RoundTripsPerCycle() (float64, bool) {
+	if !r.Counted || r.Locks == 0 {
+		return 0, false
+	}
+	return float64(r.RoundTrips) / float64(r.Locks), true
 }
 
 // Rate returns completed cycles per second.
@@ -171,10 +201,17 @@ func Run(ctx context.Context, c Config) ([]*Result, error) {
 		grace = 30 * time.Second
 	}
 	results := make([]*Result, 0, len(c.Workloads)*len(c.Variants))
-	for _, w := range c.Workloads {
-		for _, v := range c.Variants {
-			results = append(results, &Result{Workload: w, Variant: v, Latency: NewHistogram(),
-				CPU: map[string]time.Duration{}, cpuWall: map[string]time.Duration{}})
+	cells := make([][]*Result, len(c.Workloads)) // [workload][variant], nil: left out
+	for wi, w := range c.Workloads {
+		cells[wi] = make([]*Result, len(c.Variants))
+		for vi, v := range c.Variants {
+			if !v.runs(w) {
+				continue
+			}
+			r := &Result{Workload: w, Variant: v, Latency: NewHistogram(),
+				CPU: map[string]time.Duration{}, cpuWall: map[string]time.Duration{}}
+			cells[wi][vi] = r
+			results = append(results, r)
 		}
 	}
 	total := len(results) * rounds
@@ -192,7 +229,10 @@ func Run(ctx context.Context, c Config) ([]*Result, error) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				r := results[wi*len(c.Variants)+vi]
+				r := cells[wi][vi]
+				if r == nil {
+					continue
+				}
 				done++
 				if c.Progress != nil {
 					fmt.Fprintf(c.Progress, "[%2d/%d] %-24s %-9s %-50s ", done, total,
@@ -233,11 +273,20 @@ func runCell(ctx context.Context, c *Config, grace time.Duration, round int, r *
 	if c.Warmup > 0 {
 		phase(ctx, t, r.Workload, c.KeyBase, c.Warmup, grace, seed^0x5eed, nil, "")
 	}
+	rtc, counted := t.(RoundTripCounter)
+	var rtBefore int64
+	if counted {
+		rtBefore = rtc.RoundTrips()
+	}
 	before := readMeters(c.Meters)
 	start := time.Now()
 	stats := phase(ctx, t, r.Workload, c.KeyBase, c.Duration, grace, seed, NewHistogram, CellKey(r))
 	elapsed := time.Since(start)
 	after := readMeters(c.Meters)
+	if counted {
+		r.Counted = true
+		r.RoundTrips += rtc.RoundTrips() - rtBefore
+	}
 	var locks int64
 	for _, s := range stats {
 		locks += s.locks

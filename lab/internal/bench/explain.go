@@ -23,7 +23,7 @@ const CPUBoundShare = 0.85
 // goal was met or not measured, and leaves out a bullet whose data is
 // missing (no meters, no CPU count, no profile).
 func Explain(rep *Report, v Verdict) []string {
-	if !v.Measured || v.Met {
+	if !v.Measured || v.Met || v.MaxRoundTrips > 0 {
 		return nil
 	}
 	num := Find(rep.Locks, v.Workload, v.Num, v.NumPath)

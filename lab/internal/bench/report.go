@@ -18,6 +18,10 @@ type Goal struct {
 	NumPath  Path
 	DenPath  Path
 	Want     float64 // the ratio to reach
+	// MaxRoundTrips, when positive, makes this a round-trip goal instead:
+	// Num's counted round trips per cycle (see RoundTripCounter) must be
+	// at most MaxRoundTrips; Den and Want are unused.
+	MaxRoundTrips float64
 }
 
 // Verdict is a Goal evaluated against results.
@@ -35,6 +39,17 @@ type Verdict struct {
 func (g Goal) Evaluate(results []*Result) Verdict {
 	v := Verdict{Goal: g}
 	num := Find(results, g.Workload, g.Num, g.NumPath)
+	if g.MaxRoundTrips > 0 {
+		if num == nil {
+			return v
+		}
+		v.Got, v.Measured = num.RoundTripsPerCycle()
+		v.Met = v.Measured && v.Got <= g.MaxRoundTrips
+		if v.Measured && !v.Met {
+			v.Shortfall = (v.Got - g.MaxRoundTrips) / g.MaxRoundTrips
+		}
+		return v
+	}
 	den := Find(results, g.Workload, g.Den, g.DenPath)
 	if num == nil || den == nil || den.Rate() == 0 {
 		return v
@@ -77,6 +92,35 @@ type Report struct {
 	Unattributed map[string]time.Duration
 	// CPUProfilePath is where the whole CPU profile was written, if it was.
 	CPUProfilePath string
+	// Refs are the ratios of cells to their references, shown under every
+	// workload where both ran.
+	Refs []Ref
+}
+
+// Ref is the ratio of variant Num's rate to variant Den's under the same
+// workload: on the same path, or on DenPath when it is set.
+type Ref struct {
+	Num, Den string
+	DenPath  Path
+}
+
+// pairs returns the (Num, reference) pairs of f in results, in results'
+// order.
+func (f Ref) pairs(results []*Result) [][2]*Result {
+	var out [][2]*Result
+	for _, r := range results {
+		if r.Variant.ID != f.Num {
+			continue
+		}
+		path := f.DenPath
+		if path == "" {
+			path = r.Variant.Path
+		}
+		if d := Find(results, r.Workload.Name, f.Den, path); d != nil {
+			out = append(out, [2]*Result{r, d})
+		}
+	}
+	return out
 }
 
 // FormatLatency renders d for a table: milliseconds with two decimals below
@@ -165,6 +209,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("\nLatency is acquisition latency: from the start of a cycle until the lock is held. ")
 		p("Ratios compare locks/s with (%s) under the same workload on the same path (Redlock: with (%s) direct).\n\n", rep.Baseline, rep.Baseline)
 	}
+	writeRefs(p, rep)
 	if len(rep.Goals) > 0 {
 		p("### Goals\n\n| goal | measured | verdict |\n| --- | ---: | --- |\n")
 		for _, g := range rep.Goals {
@@ -172,6 +217,10 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			switch {
 			case !v.Measured:
 				p("| %s | — | not measured |\n", mdEscape(g.Text))
+			case g.MaxRoundTrips > 0 && v.Met:
+				p("| %s | %.2f round trips | met |\n", mdEscape(g.Text), v.Got)
+			case g.MaxRoundTrips > 0:
+				p("| %s | %.2f round trips | missed (%.2f too many) |\n", mdEscape(g.Text), v.Got, v.Got-g.MaxRoundTrips)
 			case v.Met:
 				p("| %s | %s | met |\n", mdEscape(g.Text), FormatRatio(v.Got))
 			default:
@@ -246,6 +295,40 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("\n")
 	}
 	return ew.err
+}
+
+// writeRefs renders every cell of rep.Refs beside its reference: both
+// rates, their ratio, and the round trips per cycle where they were
+// counted.
+func writeRefs(p func(string, ...any), rep *Report) {
+	var rows [][2]*Result
+	for _, f := range rep.Refs {
+		rows = append(rows, f.pairs(rep.Locks)...)
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("### Ratios to reference (same run)\n\n")
+	p("| workload | cell | locks/s | reference | locks/s | ratio | round trips/cycle (cell, reference) |\n")
+	p("| --- | --- | ---: | --- | ---: | ---: | ---: |\n")
+	for _, rw := range rows {
+		n, d := rw[0], rw[1]
+		ratio := "—"
+		if d.Rate() > 0 {
+			ratio = fmt.Sprintf("%.2f", n.Rate()/d.Rate())
+		}
+		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s, %s |\n", mdEscape(n.Workload.Name),
+			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(), ratio,
+			formatRoundTrips(n), formatRoundTrips(d))
+	}
+	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.\n\n")
+}
+
+func formatRoundTrips(r *Result) string {
+	if x, ok := r.RoundTripsPerCycle(); ok {
+		return fmt.Sprintf("%.2f", x)
+	}
+	return "—"
 }
 
 // writeLayers renders the client CPU per lock by layer of every lock

@@ -180,16 +180,7 @@ func openPgxpool(ctx context.Context, dsn string, conns int) (*pgxpool.Pool, err
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = int32(conns)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := prefillPgxpool(ctx, pool, conns); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
+	return openPgxpoolConfig(ctx, cfg, conns)
 }
 
 // prefillPgxpool is prefillSQL for pgxpool.
