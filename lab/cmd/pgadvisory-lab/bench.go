@@ -368,7 +368,15 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	}
 	start := time.Now()
 	if len(locks) > 0 {
-		logf("bench: lock cycles: %d cells × %d round(s) × (%v warm-up + %v)", len(locks)*len(o.workloads), o.rounds, o.warmup, o.duration)
+		cells := 0
+		for _, w := range o.workloadList() {
+			for _, v := range locks {
+				if v.Runs(w) {
+					cells++
+				}
+			}
+		}
+		logf("bench: lock cycles: %d cells × %d round(s) × (%v warm-up + %v)", cells, o.rounds, o.warmup, o.duration)
 		rep.Locks, err = bench.Run(ctx, bench.Config{
 			Workloads: o.workloadList(),
 			Variants:  locks,

@@ -57,8 +57,8 @@ type Variant struct {
 	MaxWorkers int
 }
 
-// runs reports whether v runs under w.
-func (v Variant) runs(w Workload) bool { return v.MaxWorkers <= 0 || w.Workers <= v.MaxWorkers }
+// Runs reports whether v runs under w (MaxWorkers).
+func (v Variant) Runs(w Workload) bool { return v.MaxWorkers <= 0 || w.Workers <= v.MaxWorkers }
 
 // Label is "(id) name".
 func (v Variant) Label() string { return "(" + v.ID + ") " + v.Name }
@@ -205,7 +205,7 @@ func Run(ctx context.Context, c Config) ([]*Result, error) {
 	for wi, w := range c.Workloads {
 		cells[wi] = make([]*Result, len(c.Variants))
 		for vi, v := range c.Variants {
-			if !v.runs(w) {
+			if !v.Runs(w) {
 				continue
 			}
 			r := &Result{Workload: w, Variant: v, Latency: NewHistogram(),

@@ -250,3 +250,71 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// countedLocks is memLocks counting two round trips per cycle.
+type countedLocks struct {
+	memLocks
+	trips atomic.Int64
+}
+
+func (c *countedLocks) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	c.trips.Add(2)
+	return c.memLocks.Cycle(ctx, key)
+}
+
+func (c *countedLocks) RoundTrips() int64 { return c.trips.Load() }
+
+func TestRunMaxWorkersAndRoundTrips(t *testing.T) {
+	one := variantOf("i", PathPgBouncer, &countedLocks{})
+	one.MaxWorkers = 1
+	res, err := Run(context.Background(), Config{
+		Workloads: []Workload{{Name: "single", Workers: 1, Keys: 3}, {Name: "many", Workers: 4, Keys: 3}},
+		Variants:  []Variant{variantOf("a", PathDirect, &memLocks{}), one},
+		Duration:  20 * time.Millisecond,
+		Warmup:    5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 || Find(res, "many", "i", PathPgBouncer) != nil {
+		t.Fatalf("got %d results (many/i present: %v), want 3 without the 4-worker cell of a 1-worker variant", len(res), Find(res, "many", "i", PathPgBouncer) != nil)
+	}
+	r := Find(res, "single", "i", PathPgBouncer)
+	if x, ok := r.RoundTripsPerCycle(); !ok || x != 2 {
+		t.Errorf("round trips per cycle = %v, %v; want 2 counted (warm-up left out)", x, ok)
+	}
+	if _, ok := Find(res, "single", "a", PathDirect).RoundTripsPerCycle(); ok {
+		t.Error("a target without a counter reported round trips")
+	}
+}
+
+func TestRoundTripGoalAndRefs(t *testing.T) {
+	hold := fixed("w", "i", PathPgBouncer, 100)
+	hold.RoundTrips, hold.Counted = 400, true
+	res := []*Result{hold, fixed("w", "i-plain", PathPgBouncerSession, 200),
+		fixed("w", "c", PathDirect, 90), fixed("w", "e", PathDirect, 100), fixed("w", "c", PathPgBouncer, 50)}
+	v := Goal{Workload: "w", Num: "i", NumPath: PathPgBouncer, MaxRoundTrips: 2}.Evaluate(res)
+	if !v.Measured || v.Met || v.Got != 4 {
+		t.Errorf("4 round trips vs goal 2: %+v; want measured, missed", v)
+	}
+	if v := (Goal{Workload: "w", Num: "c", NumPath: PathDirect, MaxRoundTrips: 2}).Evaluate(res); v.Measured {
+		t.Errorf("uncounted cell: %+v; want not measured", v)
+	}
+	pairs := Ref{Num: "c", Den: "e"}.pairs(res)
+	if len(pairs) != 1 || pairs[0][0] != res[2] || pairs[0][1] != res[3] {
+		t.Errorf("c/e pairs = %v; want only the direct one (no (e) through PgBouncer)", pairs)
+	}
+	if p := (Ref{Num: "i", Den: "i-plain", DenPath: PathPgBouncerSession}).pairs(res); len(p) != 1 || p[0][1] != res[1] {
+		t.Errorf("i/i-plain pairs = %v; want the session-path reference", p)
+	}
+	var b strings.Builder
+	if err := WriteMarkdown(&b, &Report{Locks: res, Baseline: "e", Refs: []Ref{{Num: "i", Den: "i-plain", DenPath: PathPgBouncerSession}},
+		Goals: []Goal{{Text: "trips", Workload: "w", Num: "i", NumPath: PathPgBouncer, MaxRoundTrips: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 0.50 | 4.00, — |", "| trips | 4.00 round trips | missed (2.00 too many) |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -79,17 +79,18 @@ func PgxBatch(id, dsn string, path Path, lockTimeout time.Duration) Variant {
 	return Variant{
 		ID: id, Name: "raw pgx Batch: BEGIN+lock pipelined, COMMIT (ceiling)", Path: path,
 		Open: func(ctx context.Context, conns int) (Target, error) {
-			pool, err := openPgxpool(ctx, dsn, conns)
+			rt := &roundTrips{}
+			pool, err := openCountedPgxpool(ctx, dsn, conns, rt, false)
 			if err != nil {
 				return nil, fmt.Errorf("bench: pgx batch: %w", err)
 			}
-			return &batchTarget{pool: pool, timeout: timeout}, nil
+			return &batchTarget{pgxPoolTarget: pgxPoolTarget{pool: pool, rt: rt}, timeout: timeout}, nil
 		},
 	}
 }
 
 type batchTarget struct {
-	pool    *pgxpool.Pool
+	pgxPoolTarget
 	timeout string
 }
 
@@ -119,8 +120,6 @@ func (b *batchTarget) Cycle(ctx context.Context, key int64) (time.Duration, erro
 	_, err = conn.Exec(ctx, "COMMIT")
 	return acq, err
 }
-
-func (b *batchTarget) Close() error { b.pool.Close(); return nil }
 
 // openSQL opens a database/sql pool of conns connections and checks it.
 func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, error) {
