@@ -44,11 +44,10 @@ type tripConn struct {
 }
 
 func (c *tripConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if n > 0 {
-		c.pending.Store(true)
-	}
-	return n, err
+	// Before the write: the answer may be read on another goroutine
+	// before Write returns.
+	c.pending.Store(true)
+	return c.Conn.Write(b)
 }
 
 func (c *tripConn) Read(b []byte) (int, error) {

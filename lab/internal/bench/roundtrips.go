@@ -37,11 +37,10 @@ type countingConn struct {
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if n > 0 {
-		c.pending.Store(true)
-	}
-	return n, err
+	// Before the write: the answer may be read on another goroutine
+	// before Write returns.
+	c.pending.Store(true)
+	return c.Conn.Write(b)
 }
 
 func (c *countingConn) Read(b []byte) (int, error) {
