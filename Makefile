@@ -51,7 +51,7 @@ budget: ## what adopting the library costs a program: modules, binary sizes with
 release-check: ## publish the committed tree as v0.1.0 to a file:// proxy; every module builds and is tidy alone; go install / go get / go get -tool / the golangci plugin from it
 	bash scripts/release-check.sh
 
-bench: lab ## the lock benchmark: naive pattern, WithXactLock over pgx and pgadvisory, Redlock (out/bench.md, out/bench.svg)
+bench: lab ## the lock benchmark: naive pattern, WithXactLock over pgx, pgadvisory and a guarded pgxpool, the seed pattern guarded, a held session lock, Redlock (out/bench.md, out/bench.svg)
 	$(LAB) bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
 
 bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -col /driver out/bench-go.txt)
