@@ -152,6 +152,7 @@ func SessionLock(id, dsn string, path Path, guarded bool, maxWorkers int) Varian
 				return 0, err
 			}
 			defer conn.Release()
+			//pgadvisory:ignore the cell measures a session lock: held by the guard (policy hold) or on a session-pooled connection
 			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 				return 0, err
 			}
