@@ -421,23 +421,45 @@ func TestIntegrationHoldFinding7LostDiscarded(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
 		t.Fatal(err)
 	}
+	// rawOf runs query on the pool's connection and returns which driver
+	// connection it was.
+	rawOf := func(query string) (any, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var dc any
+		if err := conn.Raw(func(c any) error { dc = c; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.ExecContext(ctx, query)
+		return dc, err
+	}
+	orig, err := rawOf("SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	su := directConn(t, c)
 	var killed bool
 	if err := su.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", k).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the holder: %v, %v", killed, err)
 	}
-	// The pool's one connection is broken; database/sql replaces it, and
-	// no statement runs on the connection that lost its lock.
+	// The pool's one connection is broken: every statement on it fails
+	// with ErrLockLost once the guard has seen the loss, and database/sql
+	// replaces it (at a failed statement, or at ResetSession before one).
 	deadline := time.Now().Add(5 * time.Second)
 	sawLoss := false
 	for {
-		_, err := db.ExecContext(ctx, "SELECT 1")
+		dc, err := rawOf("SELECT 1")
 		if errors.Is(err, pgadvisory.ErrLockLost) {
 			sawLoss = true
 		} else if err != nil {
 			t.Fatalf("statement: %v", err)
-		} else if sawLoss {
+		} else if dc != orig {
 			break // a fresh connection
+		} else if sawLoss {
+			t.Fatal("a statement ran on the connection that lost its lock after the loss was reported")
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after the loss: saw ErrLockLost %v, no fresh connection", sawLoss)
