@@ -755,7 +755,9 @@ func (c *guardConn) trackLockTimeout(text string) {
 	if !lockscan.MayChangeSettings(text) {
 		return
 	}
-	r, err := c.g.scanner.ScanWith(text, c.reading)
+	// The scanner's cache keeps the text: copy it out of the message
+	// buffer (statement then scans the same text again, from the cache).
+	r, err := c.g.scanner.ScanWith(strings.Clone(text), c.reading)
 	if err != nil {
 		return // unreadable: the statement itself is refused or fails
 	}
