@@ -741,12 +741,11 @@ type holdTimeouts struct {
 // long, as the server would. SET LOCAL and set_config(…, true) end with the
 // transaction and are not followed; neither are changes made inside a
 // function body or with a value that is not a constant. c.mu held.
-func (c *guardConn) trackLockTimeout(text string) {
-	if c.timeouts.before != nil && transactionEffect(text) == txCloses {
+func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) {
+	if c.timeouts.before != nil && tx.Ends() {
 		// The transaction that changed them ends: a rollback (or the
 		// COMMIT of an aborted transaction) undoes the changes.
-		w, _ := firstWord(text)
-		if !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") || c.predicted == 'E' || c.txStatus == 'E' {
+		if tx.Kind == lockscan.TxRollback || c.predicted == 'E' || c.txStatus == 'E' {
 			c.timeouts = *c.timeouts.before
 		}
 		c.timeouts.before = nil

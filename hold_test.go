@@ -179,7 +179,7 @@ func TestTrackLockTimeout(t *testing.T) {
 		{"SELECT 'SET lock_timeout = 1' AS not_a_change", holdTimeouts{lock: 4 * time.Second, lockSet: true}},
 		{"DISCARD ALL", holdTimeouts{}},
 	} {
-		c.trackLockTimeout(tc.stmt)
+		c.trackLockTimeout(tc.stmt, lockscan.Transaction(tc.stmt))
 		if c.timeouts != tc.want {
 			t.Fatalf("after %q: %+v, want %+v", tc.stmt, c.timeouts, tc.want)
 		}
@@ -187,10 +187,10 @@ func TestTrackLockTimeout(t *testing.T) {
 	// A SET in a transaction is undone by its ROLLBACK, kept by COMMIT.
 	for _, end := range []string{"ROLLBACK", "COMMIT"} {
 		c = &guardConn{g: g, predicted: 'I'}
-		c.trackLockTimeout("SET lock_timeout = '1s'")
+		c.trackLockTimeout("SET lock_timeout = '1s'", lockscan.TxControl{})
 		c.predicted = 'T'
-		c.trackLockTimeout("SET lock_timeout = '2s'")
-		c.trackLockTimeout(end)
+		c.trackLockTimeout("SET lock_timeout = '2s'", lockscan.TxControl{})
+		c.trackLockTimeout(end, lockscan.Transaction(end))
 		want := 2 * time.Second
 		if end == "ROLLBACK" {
 			want = time.Second

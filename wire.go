@@ -368,16 +368,13 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			// send it with the transaction's first statement.
 			c.pendingBegin = string(data[5 : end-1])
 			c.predicted = 'T'
-			c.answer(encodeMessage('C', []byte("BEGIN\x00")), encodeReady('T'))
+			c.answer(encodeMessage('C', []byte(lockscan.Transaction(c.pendingBegin).Tag()+"\x00")), encodeReady('T'))
 			repl = []byte{}
 		case c.pendingBegin != "" && t == 'X':
 			c.pendingBegin = ""
-		case c.pendingBegin != "" && t == 'Q' && transactionEffect(bytesView(data[5:end-1])) == txCloses && isLoneStatement(data[5:end-1]):
+		case c.pendingBegin != "" && t == 'Q' && endsUnsent(bytesView(data[5:end-1])):
 			// A transaction that ran nothing: COMMIT or ROLLBACK here too.
-			tag := "COMMIT"
-			if w, _ := firstWord(bytesView(data[5 : end-1])); !strings.EqualFold(w, "commit") && !strings.EqualFold(w, "end") {
-				tag = "ROLLBACK"
-			}
+			tag := lockscan.Transaction(bytesView(data[5 : end-1])).Tag()
 			c.pendingBegin = ""
 			c.predicted = c.txStatus
 			c.answer(encodeMessage('C', []byte(tag+"\x00")), encodeReady('I'))
@@ -511,16 +508,17 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 			return c.refuse(t, err)
 		}
 	}
+	tx := lockscan.Transaction(text)
 	if c.g.holdEnabled() {
-		c.trackLockTimeout(text)
+		c.trackLockTimeout(text, tx)
 	}
-	switch transactionEffect(text) {
-	case txOpens:
+	switch {
+	case tx.Opens():
 		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite || c.g.cfg.policy == PolicyHold) {
 			return c.refuse(t, &StatementPoolingError{What: "transaction"})
 		}
 		defer func() { c.predicted = 'T' }()
-	case txCloses:
+	case tx.Ends():
 		defer func() { c.predicted = 'I'; c.taken = nil; c.xact = xactLocks{} }()
 	}
 	mayCall := c.g.mayIntercept(text)
@@ -1202,15 +1200,17 @@ func (c *guardConn) mayDeferBegin(q []byte) bool {
 		c.pendingBegin != "" || c.localAbort || c.begin.active || len(c.local) > 0 {
 		return false
 	}
-	text := unsafe.String(unsafe.SliceData(q), len(q))
-	return transactionEffect(text) == txOpens && isLoneStatement(q) && validBegin(text)
+	tx := lockscan.Transaction(unsafe.String(unsafe.SliceData(q), len(q)))
+	return tx.Opens() && tx.Lone
 }
 
-// isLoneStatement reports whether q holds one statement (an optional
-// trailing semicolon aside) and no comment or quote that could hide one.
-func isLoneStatement(q []byte) bool {
-	t := bytes.TrimRight(q, " \t\r\n;")
-	return !bytes.ContainsAny(t, ";'\"$") && !bytes.Contains(t, []byte("--")) && !bytes.Contains(t, []byte("/*"))
+// endsUnsent reports whether query, sent while the transaction's BEGIN is
+// still deferred, is a lone COMMIT or ROLLBACK that the guard answers
+// itself: the transaction ran nothing on the server. (PREPARE TRANSACTION
+// goes to the server, with its BEGIN.)
+func endsUnsent(query string) bool {
+	tx := lockscan.Transaction(query)
+	return tx.Lone && tx.Ends() && tx.Kind != lockscan.TxPrepare
 }
 
 // beginPrefix returns the deferred BEGIN as extended-protocol messages
@@ -1252,7 +1252,7 @@ func (c *guardConn) answer(parts ...[]byte) {
 func (c *guardConn) answerAborted(t byte, msg []byte) {
 	switch t {
 	case 'Q':
-		if len(msg) > 5 && transactionEffect(bytesView(msg[5:len(msg)-1])) == txCloses {
+		if len(msg) > 5 && lockscan.Transaction(bytesView(msg[5:len(msg)-1])).Ends() {
 			c.localAbort = false
 			c.unit = unitState{}
 			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))

@@ -87,6 +87,16 @@
 // marks calls that run later than the statement (bodies, views, rules,
 // defaults).
 //
+// # Transaction control
+//
+// Transaction reads what a statement does to the session's transaction —
+// BEGIN or START TRANSACTION with its modes, COMMIT/END, ROLLBACK/ABORT
+// with or without AND CHAIN, PREPARE TRANSACTION, and the forms that keep
+// the transaction (savepoints, COMMIT PREPARED) — by PostgreSQL's grammar
+// for those statements, with comments skipped as the server skips them.
+// It is a lexical reader, not the parser, because a guard asks it of every
+// statement; it never allocates, and the tests hold it to the parse tree.
+//
 // # Dynamic SQL
 //
 // Some constructs run SQL text that only exists at run time. Scanner.Scan
