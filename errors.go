@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgadvisory/pgadvisory/internal/lockerr"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -54,9 +55,11 @@ var (
 	// ErrLockLost: a session lock the guard held for this connection
 	// (PolicyHold) is gone: its holder connection ended (the server or the
 	// pooler restarted, the backend was terminated,
-	// idle_in_transaction_session_timeout). The statement that gets it was
-	// not sent; the next one runs.
-	ErrLockLost = errors.New("pgadvisory: held advisory lock lost")
+	// idle_in_transaction_session_timeout). No statement of the connection
+	// is sent after that — each fails with it, as a session whose lock died
+	// is dead — and the pools discard the connection. It is the same value
+	// as advisory.ErrLockLost.
+	ErrLockLost = lockerr.Lost
 
 	// ErrHoldLimit: taking the lock would hold more keys than WithHoldLimits
 	// allows, per connection or for the whole config. Nothing was taken.

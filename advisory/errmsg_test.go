@@ -10,6 +10,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
 )
 
@@ -98,5 +99,13 @@ func TestFencingWithoutSchemaHints(t *testing.T) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &fe) || !errors.As(err, &pgErr) || !strings.Contains(err.Error(), "advisory.CreateFencingSchema") {
 		t.Fatalf("err = %v; want a FencingSchemaError naming CreateFencingSchema and wrapping the PgError", err)
+	}
+}
+
+// TestErrLockLostIsTheDrivers: advisory and the driver name one value, so
+// either spelling matches a lost lock wherever it was found.
+func TestErrLockLostIsTheDrivers(t *testing.T) {
+	if advisory.ErrLockLost != pgadvisory.ErrLockLost {
+		t.Fatalf("advisory.ErrLockLost (%v) and pgadvisory.ErrLockLost (%v) are different values", advisory.ErrLockLost, pgadvisory.ErrLockLost)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pgadvisory/pgadvisory/internal/lockerr"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
@@ -46,8 +47,9 @@ var (
 	// reported that the lock was not held. A server error with SQLSTATE
 	// PA007, which the pgadvisory driver answers the first statement
 	// after a lock it held for the connection (policy hold) was lost,
-	// is classified as ErrLockLost too.
-	ErrLockLost = errors.New("advisory: lock lost")
+	// is classified as ErrLockLost too. It is the same value as
+	// pgadvisory.ErrLockLost.
+	ErrLockLost = lockerr.Lost
 
 	// ErrUnsafePoolMode means a session-level lock was refused because the
 	// connection's pool mode cannot keep it (see HoldSession).

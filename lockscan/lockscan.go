@@ -418,14 +418,6 @@ func ScanWith(query string, s Settings) (Result, error) {
 	return r.clone(), nil
 }
 
-// ScanResult is like Scan but returns the Result shared with the default
-// Scanner's cache: do not modify it.
-//
-// Deprecated: Scan now returns the whole Result; use Scan.
-func ScanResult(query string) (Result, error) {
-	return defaultScanner.Scan(query)
-}
-
 // clone returns a Result whose slices the caller owns.
 func (r Result) clone() Result {
 	var out Result
