@@ -483,7 +483,7 @@ func message(cat Category, funcs, handle string, c lockscan.Call) string {
 	case Transaction:
 		return fmt.Sprintf("tx: session-level %s inside a transaction (%s) survives COMMIT and ROLLBACK and leaks behind transaction pooling; use %s, released when the transaction ends (%s)", funcs, handle, twin, helper(cat, handle))
 	case Pinned:
-		return fmt.Sprintf("conn: session-level %s on pinned %s is safe on a direct connection but leaks behind transaction pooling; use %s inside a transaction%s, or add //pgadvisory:ignore <reason> if this connection never goes through a pooler", funcs, handle, twin, pinnedHelper(handle))
+		return fmt.Sprintf("conn: session-level %s on pinned %s is safe on a direct connection but leaks behind transaction pooling; use %s inside a transaction%s, or keep it and connect with pgadvisory_policy=hold (the driver holds the lock for this connection behind transaction pooling) and add //pgadvisory:ignore <reason>", funcs, handle, twin, pinnedHelper(handle))
 	default:
 		return fmt.Sprintf("handle: session-level %s through %s, which may be a pool or a pooled connection: behind transaction pooling the lock leaks; use %s inside a transaction (advisory.WithXactLock for database/sql, pgxadvisory.WithXactLock for pgx)", funcs, handle, twin)
 	}

@@ -28,7 +28,7 @@ func sqlxConn(ctx context.Context, db *sqlx.DB) {
 func pgxConn(ctx context.Context, c *pgx.Conn, pool *pgxpool.Pool) {
 	c.Exec(ctx, "SELECT pg_advisory_lock($1)", 1)         // want `on pinned \*pgx.Conn.*inside a transaction \(pgxadvisory\.WithXactLock\)`
 	c.Prepare(ctx, "lock", "SELECT pg_advisory_lock($1)") // want `on pinned \*pgx.Conn`
-	c.PgConn().Exec(ctx, "SELECT pg_advisory_lock(1)")    // want `on pinned \*pgconn.PgConn.*inside a transaction, or add`
+	c.PgConn().Exec(ctx, "SELECT pg_advisory_lock(1)")    // want `on pinned \*pgconn.PgConn.*inside a transaction, or keep it and connect with pgadvisory_policy=hold`
 	pc, _ := pool.Acquire(ctx)
 	defer pc.Release()
 	pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", 1) // want `on pinned \*pgxpool.Conn`
