@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"net"
 	"net/url"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
 	"github.com/pgadvisory/pgadvisory"
@@ -461,5 +463,43 @@ func releaseKey(t *testing.T, c *pgbouncer.Cluster, key int64) {
 	defer su.Close()
 	if _, err := su.Exec(`SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`, key); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAfterNetConnectChainError: an AfterNetConnect set before the guard's
+// that fails without a connection ends the connect with its error. pgconn
+// closes whatever conn comes back with the error, so the guard hands it
+// the network connection rather than nil (which panicked).
+func TestAfterNetConnectChainError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	cfg, err := pgx.ParseConfig("postgres://app@" + ln.Addr().String() + "/app?sslmode=disable&pgadvisory_pool_mode=direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("the user's AfterNetConnect failed")
+	cfg.AfterNetConnect = func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error) { return nil, boom }
+	if err := pgadvisory.ConfigureConn(cfg); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err == nil {
+		conn.Close(t.Context())
+		t.Fatal("connected although AfterNetConnect failed")
+	}
+	if !errors.Is(err, boom) {
+		t.Fatalf("connect: %v; want the AfterNetConnect's error", err)
 	}
 }

@@ -621,6 +621,8 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.AfterRelease = func(*pgx.Conn) bool { return true } // after ParsePoolConfig
+	var before atomic.Int32
+	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { before.Add(1); return nil } // replaced too: the check is the guard's own
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -628,8 +630,8 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 	defer pool.Close()
 	_, err = pool.Exec(t.Context(), "SELECT 1")
 	var he *pgadvisory.PoolHooksError
-	if !errors.As(err, &he) || !he.AfterRelease {
-		t.Fatalf("pool with a replaced AfterRelease: %v, want a *PoolHooksError", err)
+	if !errors.As(err, &he) || !he.AfterRelease || before.Load() == 0 {
+		t.Fatalf("pool with a replaced AfterRelease and BeforeConnect: %v (BeforeConnect ran %d times), want a *PoolHooksError", err, before.Load())
 	}
 	// Set before ConfigurePool, the hook is chained, and a held lock ends
 	// on Release.

@@ -44,6 +44,9 @@ type guard struct {
 	// warnPooled: the "held locks went back to a database/sql pool" line,
 	// once.
 	warnPooled sync.Once
+	// poolHooks, set by ConfigurePool, fails a new connection whose pool's
+	// release hooks are no longer the guard's (*PoolHooksError).
+	poolHooks func() error
 }
 
 // holdEnabled reports whether the policy holds lone session-lock calls.
@@ -223,11 +226,22 @@ func (g *guard) install(pc *pgconn.Config) {
 	prevNet := pc.AfterNetConnect
 	g.prevNet = prevNet
 	pc.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
-		if prevNet != nil {
-			var err error
-			if conn, err = prevNet(ctx, pc, conn); err != nil {
-				return nil, err
+		if g.poolHooks != nil {
+			if err := g.poolHooks(); err != nil {
+				// pgconn closes the conn returned with the error (a nil
+				// one panics): give it back the network connection.
+				return conn, err
 			}
+		}
+		if prevNet != nil {
+			wrapped, err := prevNet(ctx, pc, conn)
+			if err != nil {
+				if wrapped == nil {
+					wrapped = conn
+				}
+				return wrapped, err
+			}
+			conn = wrapped
 		}
 		gc := newGuardConn(g, conn)
 		gc.execMode = g.execMode
@@ -263,19 +277,15 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	prevBefore := cfg.BeforeConnect
 	var ourRelease func(*pgx.Conn) bool
 	var ourPrepare func(context.Context, *pgx.Conn) (bool, error)
-	cfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+	// Checked as each connection is made, by the guard itself (a hook of
+	// the pool config could be replaced as well).
+	g.poolHooks = func() error {
 		if g.holdEnabled() && (!sameFunc(cfg.AfterRelease, ourRelease) || !sameFunc(cfg.PrepareConn, ourPrepare)) {
 			// Set after ConfigurePool, they replaced the guard's: held
 			// locks would outlive Release and pass to the next acquirer.
 			return &PoolHooksError{AfterRelease: !sameFunc(cfg.AfterRelease, ourRelease), PrepareConn: !sameFunc(cfg.PrepareConn, ourPrepare)}
-		}
-		if prevBefore != nil {
-			if err := prevBefore(ctx, cc); err != nil {
-				return err
-			}
 		}
 		return nil
 	}
