@@ -48,7 +48,7 @@ func TestIntegrationHoldSessionPolicyHold(t *testing.T) {
 	fencingSchema(t, openDB(t, pgxDSN(c.DirectDSN())))
 	db := openWith(t, "pgadvisory", withQuery(c.WideDSN(pgbouncer.Transaction), "pgadvisory_policy=hold&pgadvisory_pool_mode=transaction"))
 	key := advisory.NamespacedKey("pgadvisory-advisory-test", t.Name())
-	opts := []advisory.LockOption{advisory.WithTimeout(5 * time.Second), advisory.WithHealthInterval(250 * time.Millisecond)}
+	opts := []advisory.LockOption{advisory.WithTimeout(30 * time.Second), advisory.WithHealthInterval(250 * time.Millisecond)}
 
 	var tok advisory.Token
 	l, err := advisory.HoldSession(ctx, db, key, append(opts, advisory.WithFencing(&tok))...)
