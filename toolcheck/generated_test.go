@@ -1,0 +1,189 @@
+package toolcheck
+
+import (
+	"context"
+	"database/sql"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+// generatedSource is a part of the real-SQL corpus that a library writes at
+// run time: gen drives the library through ordinary CRUD on a *sql.DB
+// straight to PostgreSQL (plain pgx, no guard), and every text that pgx is
+// asked to send on its connections becomes a statement of the corpus, as
+// the library wrote it. Running on a real server means the statements are
+// valid and include what the library asks the server itself (GORM's
+// AutoMigrate reads information_schema before it writes DDL), and the
+// tables they name exist when the corpus is sent again through the guard.
+type generatedSource struct {
+	name   string
+	module string // the library's module, whose version the test logs
+	gen    func(ctx context.Context, r *recorder, db *sql.DB)
+	// kinds are the sorts of statement the library must have written, each
+	// matched by at least one captured text: a workload that silently stops
+	// generating one (an API that changed, a step that no longer runs)
+	// fails instead of shrinking the corpus.
+	kinds map[string]*regexp.Regexp
+}
+
+var generatedSources = []generatedSource{
+	{"gorm", "gorm.io/gorm", gormWorkload, gormKinds},
+	{"bun", "github.com/uptrace/bun", bunWorkload, bunKinds},
+	{"sqlx", "github.com/jmoiron/sqlx", sqlxWorkload, sqlxKinds},
+}
+
+// commonKinds are the statement sorts that every ORM workload writes.
+var commonKinds = map[string]*regexp.Regexp{
+	"batch INSERT":      regexp.MustCompile(`(?is)^insert\b.*\bvalues\s*\(.*\)\s*,\s*\(`),
+	"upsert":            regexp.MustCompile(`(?is)\bon\s+conflict\b`),
+	"RETURNING":         regexp.MustCompile(`(?is)\breturning\b`),
+	"IN list":           regexp.MustCompile(`(?is)\bin\s*\(\s*(\$\d+|\d+)\s*,`),
+	"count":             regexp.MustCompile(`(?is)\bcount\s*\(`),
+	"pagination":        regexp.MustCompile(`(?is)\blimit\b.*\boffset\b`),
+	"UPDATE":            regexp.MustCompile(`(?is)^update\b`),
+	"DELETE":            regexp.MustCompile(`(?is)^delete\b`),
+	"BEGIN":             regexp.MustCompile(`(?is)^begin\b`),
+	"COMMIT":            regexp.MustCompile(`(?is)^commit\b`),
+	"jsonb":             regexp.MustCompile(`(?is)jsonb`),
+	"session lock call": regexp.MustCompile(`(?is)pg_try_advisory_lock\s*\(`),
+}
+
+// withKinds returns commonKinds and extra in one map.
+func withKinds(extra map[string]string) map[string]*regexp.Regexp {
+	m := make(map[string]*regexp.Regexp, len(commonKinds)+len(extra))
+	for k, v := range commonKinds {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = regexp.MustCompile(v)
+	}
+	return m
+}
+
+// generateCorpus runs every generated source's workload against c's
+// PostgreSQL and returns the statements captured, each source's texts once.
+func generateCorpus(t *testing.T, c *pgbouncer.Cluster) []corpusStatement {
+	var out []corpusStatement
+	for _, src := range generatedSources {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		r := &recorder{t: t, source: src.name, seen: map[string]bool{}}
+		cfg, err := pgx.ParseConfig(c.DirectDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Tracer = r
+		db := stdlib.OpenDB(*cfg)
+		// One connection: the workload's session lock and its unlock
+		// share a session, and the order of the captured texts is the
+		// order of the library's calls.
+		db.SetMaxOpenConns(1)
+		src.gen(ctx, r, db)
+		if err := db.Close(); err != nil {
+			t.Fatalf("%s: closing the *sql.DB: %v", src.name, err)
+		}
+		cancel()
+		for kind, re := range src.kinds {
+			if !r.matches(re) {
+				t.Errorf("%s: no captured statement is a %s (%s); the workload no longer makes the library write one", src.name, kind, re)
+			}
+		}
+		t.Logf("%s %s: %d statements captured", src.module, moduleVersion(t, src.module), len(r.stmts))
+		out = append(out, r.stmts...)
+	}
+	return out
+}
+
+// recorder is a pgx tracer (query and prepare) that keeps, in order and
+// once each, the SQL texts of one workload, labelled with the workload's
+// current step. pgx's database/sql driver sends every Exec, Query, Prepare,
+// BEGIN and COMMIT through these hooks with the text it then puts on the
+// wire.
+type recorder struct {
+	t      *testing.T
+	source string
+
+	mu    sync.Mutex
+	step  string
+	locks bool // the step calls an advisory-lock function
+	seen  map[string]bool
+	stmts []corpusStatement
+}
+
+var (
+	_ pgx.QueryTracer   = (*recorder)(nil)
+	_ pgx.PrepareTracer = (*recorder)(nil)
+)
+
+// TraceQueryStart records the text of an Exec, Query or QueryRow.
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.add(d.SQL)
+	return ctx
+}
+
+// TraceQueryEnd does nothing: the workload checks each call's error.
+func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TracePrepareStart records the text of a Prepare.
+func (r *recorder) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	r.add(d.SQL)
+	return ctx
+}
+
+// TracePrepareEnd does nothing: the workload checks each call's error.
+func (r *recorder) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (r *recorder) add(text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if text == "" || r.seen[text] {
+		return
+	}
+	r.seen[text] = true
+	locks := r.locks
+	r.stmts = append(r.stmts, corpusStatement{source: r.source, where: r.step, text: text, locks: &locks})
+}
+
+// do runs one step of a workload under the label step (the statements'
+// "where" in the corpus) and fails the test if the library returns an
+// error: every statement of the corpus is one the server accepted. The
+// step's statements call no advisory-lock function, whatever words their
+// literals carry.
+func (r *recorder) do(step string, fn func() error) {
+	r.t.Helper()
+	r.run(step, false, fn)
+}
+
+// doLocks is do for a step whose every statement calls an advisory-lock
+// function.
+func (r *recorder) doLocks(step string, fn func() error) {
+	r.t.Helper()
+	r.run(step, true, fn)
+}
+
+func (r *recorder) run(step string, locks bool, fn func() error) {
+	r.t.Helper()
+	r.mu.Lock()
+	r.step, r.locks = step, locks
+	r.mu.Unlock()
+	if err := fn(); err != nil {
+		r.t.Fatalf("%s: %s: %v", r.source, step, err)
+	}
+}
+
+func (r *recorder) matches(re *regexp.Regexp) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.stmts {
+		if re.MatchString(s.text) {
+			return true
+		}
+	}
+	return false
+}
