@@ -98,4 +98,11 @@
 // Each policy logs a table per source: statements, how many the server
 // ran, false refusals (goal 0) and true refusals (statements that call a
 // session lock function, refused).
+//
+// TestORMWorkloadsThroughGuard runs the same GORM, bun and sqlx workloads,
+// arguments and all, through sql.Open("pgadvisory", dsn) behind
+// transaction pooling (policy reject and hold, the pool mode declared):
+// every step must succeed except the raw session lock under reject, which
+// must fail with ErrSessionLock, and no advisory lock may be left on the
+// server afterwards.
 package toolcheck

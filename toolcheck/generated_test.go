@@ -3,7 +3,10 @@ package toolcheck
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
@@ -26,6 +30,7 @@ type generatedSource struct {
 	name   string
 	module string // the library's module, whose version the test logs
 	gen    func(ctx context.Context, r *recorder, db *sql.DB)
+	tables []string // what gen creates, dropped before it runs again
 	// kinds are the sorts of statement the library must have written, each
 	// matched by at least one captured text: a workload that silently stops
 	// generating one (an API that changed, a step that no longer runs)
@@ -34,9 +39,9 @@ type generatedSource struct {
 }
 
 var generatedSources = []generatedSource{
-	{"gorm", "gorm.io/gorm", gormWorkload, gormKinds},
-	{"bun", "github.com/uptrace/bun", bunWorkload, bunKinds},
-	{"sqlx", "github.com/jmoiron/sqlx", sqlxWorkload, sqlxKinds},
+	{"gorm", "gorm.io/gorm", gormWorkload, []string{"gorm_post_labels", "gorm_labels", "gorm_posts", "gorm_authors"}, gormKinds},
+	{"bun", "github.com/uptrace/bun", bunWorkload, []string{"bun_scratch", "bun_stories", "bun_users"}, bunKinds},
+	{"sqlx", "github.com/jmoiron/sqlx", sqlxWorkload, []string{"sqlx_people"}, sqlxKinds},
 }
 
 // commonKinds are the statement sorts that every ORM workload writes.
@@ -100,6 +105,56 @@ func generateCorpus(t *testing.T, c *pgbouncer.Cluster) []corpusStatement {
 	return out
 }
 
+// TestORMWorkloadsThroughGuard runs the generated sources' workloads
+// themselves, arguments and all, through pgadvisory's database/sql driver
+// behind PgBouncer transaction pooling: where the corpus sends each text
+// alone, this sends the library's own sequence (Parse, Bind and Execute with
+// its arguments, transactions and savepoints). Every step must succeed,
+// except the step that takes a session lock under the default policy,
+// which must be refused with ErrSessionLock; under hold it must succeed.
+func TestORMWorkloadsThroughGuard(t *testing.T) {
+	c := startCluster(t)
+	for _, policy := range []string{"reject", "hold"} {
+		for _, src := range generatedSources {
+			t.Run(policy+"/"+src.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				dropTables(t, ctx, c, src.tables)
+				db, err := sql.Open("pgadvisory", c.WideDSN(pgbouncer.Transaction)+"&"+pgadvisory.ParamPolicy+"="+policy+"&"+pgadvisory.ParamPoolMode+"=transaction")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				db.SetMaxOpenConns(1)
+				src.gen(ctx, &recorder{t: t, source: src.name, seen: map[string]bool{}, refuseLocks: policy == "reject"}, db)
+				if err := db.Close(); err != nil {
+					t.Fatalf("closing the *sql.DB: %v", err)
+				}
+				conn := connect(t, ctx, c.SuperuserDSN())
+				defer conn.Close(context.Background())
+				if n, locks := countAdvisoryLocks(t, ctx, conn); n != 0 {
+					t.Errorf("%d advisory locks held after the workload: %v", n, locks)
+				}
+			})
+		}
+	}
+}
+
+// dropTables drops tables (straight to PostgreSQL), so that a workload
+// that creates them runs on an empty database again.
+func dropTables(t *testing.T, ctx context.Context, c *pgbouncer.Cluster, tables []string) {
+	t.Helper()
+	conn := connect(t, ctx, c.DirectDSN())
+	defer conn.Close(context.Background())
+	quoted := make([]string, len(tables))
+	for i, tb := range tables {
+		quoted[i] = pgx.Identifier{tb}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s CASCADE", strings.Join(quoted, ", "))); err != nil {
+		t.Fatalf("dropping the workload's tables: %v", err)
+	}
+}
+
 // recorder is a pgx tracer (query and prepare) that keeps, in order and
 // once each, the SQL texts of one workload, labelled with the workload's
 // current step. pgx's database/sql driver sends every Exec, Query, Prepare,
@@ -108,6 +163,10 @@ func generateCorpus(t *testing.T, c *pgbouncer.Cluster) []corpusStatement {
 type recorder struct {
 	t      *testing.T
 	source string
+
+	// refuseLocks says that the guard refuses session locks: a step of
+	// doLocks must then fail with pgadvisory.ErrSessionLock.
+	refuseLocks bool
 
 	mu    sync.Mutex
 	step  string
@@ -172,7 +231,14 @@ func (r *recorder) run(step string, locks bool, fn func() error) {
 	r.mu.Lock()
 	r.step, r.locks = step, locks
 	r.mu.Unlock()
-	if err := fn(); err != nil {
+	err := fn()
+	if locks && r.refuseLocks {
+		if !errors.Is(err, pgadvisory.ErrSessionLock) {
+			r.t.Fatalf("%s: %s: err = %v, want pgadvisory's refusal (ErrSessionLock)", r.source, step, err)
+		}
+		return
+	}
+	if err != nil {
 		r.t.Fatalf("%s: %s: %v", r.source, step, err)
 	}
 }
