@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -62,10 +63,7 @@ var commonKinds = map[string]*regexp.Regexp{
 
 // withKinds returns commonKinds and extra in one map.
 func withKinds(extra map[string]string) map[string]*regexp.Regexp {
-	m := make(map[string]*regexp.Regexp, len(commonKinds)+len(extra))
-	for k, v := range commonKinds {
-		m[k] = v
-	}
+	m := maps.Clone(commonKinds)
 	for k, v := range extra {
 		m[k] = regexp.MustCompile(v)
 	}
@@ -77,23 +75,7 @@ func withKinds(extra map[string]string) map[string]*regexp.Regexp {
 func generateCorpus(t *testing.T, c *pgbouncer.Cluster) []corpusStatement {
 	var out []corpusStatement
 	for _, src := range generatedSources {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		r := &recorder{t: t, source: src.name, seen: map[string]bool{}}
-		cfg, err := pgx.ParseConfig(c.DirectDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Tracer = r
-		db := stdlib.OpenDB(*cfg)
-		// One connection: the workload's session lock and its unlock
-		// share a session, and the order of the captured texts is the
-		// order of the library's calls.
-		db.SetMaxOpenConns(1)
-		src.gen(ctx, r, db)
-		if err := db.Close(); err != nil {
-			t.Fatalf("%s: closing the *sql.DB: %v", src.name, err)
-		}
-		cancel()
+		r := captureWorkload(t, c, src)
 		for kind, re := range src.kinds {
 			if !r.matches(re) {
 				t.Errorf("%s: no captured statement is a %s (%s); the workload no longer makes the library write one", src.name, kind, re)
@@ -103,6 +85,30 @@ func generateCorpus(t *testing.T, c *pgbouncer.Cluster) []corpusStatement {
 		out = append(out, r.stmts...)
 	}
 	return out
+}
+
+// captureWorkload runs src's workload on a *sql.DB of plain pgx straight to
+// c's PostgreSQL, with a recorder as the connections' tracer.
+func captureWorkload(t *testing.T, c *pgbouncer.Cluster, src generatedSource) *recorder {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r := &recorder{t: t, source: src.name, seen: map[string]bool{}}
+	cfg, err := pgx.ParseConfig(c.DirectDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tracer = r
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	// One connection: the workload's session lock and its unlock share a
+	// session, and the order of the captured texts is the order of the
+	// library's calls.
+	db.SetMaxOpenConns(1)
+	src.gen(ctx, r, db)
+	if err := db.Close(); err != nil {
+		t.Fatalf("%s: closing the *sql.DB: %v", src.name, err)
+	}
+	return r
 }
 
 // TestORMWorkloadsThroughGuard runs the generated sources' workloads
@@ -155,11 +161,11 @@ func dropTables(t *testing.T, ctx context.Context, c *pgbouncer.Cluster, tables 
 	}
 }
 
-// recorder is a pgx tracer (query and prepare) that keeps, in order and
-// once each, the SQL texts of one workload, labelled with the workload's
-// current step. pgx's database/sql driver sends every Exec, Query, Prepare,
-// BEGIN and COMMIT through these hooks with the text it then puts on the
-// wire.
+// recorder runs the steps of one workload (do, doLocks) and, as a pgx
+// tracer (query and prepare) of the workload's connections, keeps in order
+// and once each the SQL texts the steps send, labelled with their step.
+// pgx's database/sql driver sends every Exec, Query, Prepare, BEGIN and
+// COMMIT through these hooks with the text it then puts on the wire.
 type recorder struct {
 	t      *testing.T
 	source string
