@@ -7,14 +7,16 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,15 +59,44 @@ var fmtVerb = regexp.MustCompile(`%[-+# 0-9.]*[sqvdx]`)
 // corpusStatement is one text of the corpus.
 type corpusStatement struct {
 	source string
-	where  string // file:line
+	where  string // file:line, or a workload's step
 	text   string
+	// locks says whether the text calls an advisory-lock function where
+	// the source knows it (a generated workload's lock steps; its other
+	// texts may carry such a name in a literal); nil leaves it to names.
+	locks *bool
+}
+
+// callsLock reports whether s calls an advisory-lock function: what its
+// source says, or else whether its text names one.
+func (s corpusStatement) callsLock() bool {
+	if s.locks != nil {
+		return *s.locks
+	}
+	return names(s.text)
 }
 
 // moduleDir returns the module cache directory of module at the version
 // this module's build list has.
 func moduleDir(t *testing.T, module string) string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	dir := goListModule(t, module, "{{.Dir}}")
+	if dir == "" {
+		t.Fatalf("module %s is not in the module cache (go mod download %s)", module, module)
+	}
+	return dir
+}
+
+// moduleVersion returns the version of module in this module's build list.
+func moduleVersion(t *testing.T, module string) string {
+	t.Helper()
+	return goListModule(t, module, "{{.Version}}")
+}
+
+// goListModule returns what `go list -m -f format module` prints.
+func goListModule(t *testing.T, module, format string) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", format, module).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -73,11 +104,7 @@ func moduleDir(t *testing.T, module string) string {
 		}
 		t.Fatalf("go list -m %s: %v", module, err)
 	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		t.Fatalf("module %s is not in the module cache (go mod download %s)", module, module)
-	}
-	return dir
+	return strings.TrimSpace(string(out))
 }
 
 // loadCorpus reads the corpus from the module cache.
@@ -168,23 +195,35 @@ func sqlLiterals(t *testing.T, f string) []sqlLiteral {
 // TestRealSQLCorpus sends the corpus through the guard behind PgBouncer
 // transaction pooling, under the default policy and under hold: each text
 // as a simple Query and as an unnamed Parse (pgconn's Prepare), each inside
-// a transaction that is rolled back. The server may reject a text (a
-// missing table, a parameter in a simple Query, several statements in one
-// Parse); the guard must refuse none that names no advisory-lock function.
+// a transaction that is rolled back. The corpus is the module cache's SQL
+// (corpusSources) and the statements GORM, bun and sqlx write for ordinary
+// CRUD, captured as they ran on the same PostgreSQL (generatedSources). The
+// server may reject a text (a missing table, a parameter in a simple Query,
+// several statements in one Parse); the guard must refuse none that calls
+// no advisory-lock function. Each policy logs a table per source:
+// statements, how many the server ran (as a Query or a Parse, without an
+// error), false refusals (the guard refused a statement that calls no lock
+// function; the test fails on any) and true refusals (refused, and the
+// statement calls one). TOOLCHECK_CORPUS_DUMP=FILE writes the corpus to
+// FILE for a person to read.
 func TestRealSQLCorpus(t *testing.T) {
 	corpus := loadCorpus(t)
+	c := startCluster(t)
+	corpus = append(corpus, generateCorpus(t, c)...)
 	bySource := map[string]int{}
 	withLock := 0
 	for _, s := range corpus {
 		bySource[s.source]++
-		if names(s.text) {
+		if s.callsLock() {
 			withLock++
 		}
 	}
-	t.Logf("corpus: %d texts (%d name an advisory-lock function): %v", len(corpus), withLock, sortedCounts(bySource))
+	t.Logf("corpus: %d texts (%d call an advisory-lock function): %v", len(corpus), withLock, sortedCounts(bySource))
+	if f := os.Getenv("TOOLCHECK_CORPUS_DUMP"); f != "" {
+		dumpCorpus(t, f, corpus)
+	}
 	prefilterRates(t, corpus)
 
-	c := startCluster(t)
 	for _, policy := range []string{"reject", "hold"} {
 		t.Run(policy, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -204,8 +243,18 @@ func TestRealSQLCorpus(t *testing.T) {
 			}
 			reconnect()
 			defer func() { conn.Close(context.Background()) }()
-			var falseRefusals, lockRefusals, serverErrors, runs, lost int
+			tallies := map[string]*corpusTally{}
+			var total corpusTally
+			var runs, serverErrors, lost, reported int
 			for _, s := range corpus {
+				tl := tallies[s.source]
+				if tl == nil {
+					tl = &corpusTally{}
+					tallies[s.source] = tl
+				}
+				tl.statements++
+				var refusal error
+				ran := false
 				for _, how := range []string{"query", "parse"} {
 					if how == "query" && !runnable(s.text) {
 						continue
@@ -216,14 +265,10 @@ func TestRealSQLCorpus(t *testing.T) {
 					var pe *pgconn.PgError
 					switch {
 					case err == nil:
+						ran = true
 					case errors.As(err, &pe) && strings.HasPrefix(pe.Code, "PA"):
-						if names(s.text) {
-							lockRefusals++
-							continue
-						}
-						falseRefusals++
-						if falseRefusals <= 20 {
-							t.Errorf("%s %s (%s): refused: %v\n%s", s.source, s.where, how, err, s.text)
+						if refusal == nil {
+							refusal = fmt.Errorf("%s: %w", how, err)
 						}
 					case pc.IsClosed():
 						// A text that ends its own session (a test of
@@ -234,14 +279,68 @@ func TestRealSQLCorpus(t *testing.T) {
 						serverErrors++
 					}
 				}
+				if ran {
+					tl.ran++
+				}
+				switch {
+				case refusal == nil:
+				case s.callsLock():
+					tl.trueRefusals++
+				default:
+					tl.falseRefusals++
+					if reported++; reported <= 20 {
+						t.Errorf("%s %s: refused under policy %s: %v\n%s", s.source, s.where, policy, refusal, s.text)
+					}
+				}
 			}
-			t.Logf("policy %s: %d runs of %d texts; %d refusals of texts naming no lock function, %d of texts naming one; %d server errors, %d sessions lost",
-				policy, runs, len(corpus), falseRefusals, lockRefusals, serverErrors, lost)
-			if falseRefusals > 0 {
-				t.Errorf("%d false refusals, want 0", falseRefusals)
+			t.Logf("policy %s: %d runs of %d texts; %d server errors, %d sessions lost\n%s",
+				policy, runs, len(corpus), serverErrors, lost, tallyTable(tallies, &total))
+			if total.falseRefusals > 0 {
+				t.Errorf("%d false refusals, want 0", total.falseRefusals)
 			}
 		})
 	}
+}
+
+// dumpCorpus writes the corpus to the file f, each text under a line that
+// names its source and where it comes from, for a person to read.
+func dumpCorpus(t *testing.T, f string, corpus []corpusStatement) {
+	var b strings.Builder
+	for _, s := range corpus {
+		fmt.Fprintf(&b, "-- %s %s\n%s\n\n", s.source, s.where, s.text)
+	}
+	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+		t.Fatalf("TOOLCHECK_CORPUS_DUMP: %v", err)
+	}
+	t.Logf("corpus written to %s", f)
+}
+
+// corpusTally counts one source's statements under one policy.
+type corpusTally struct {
+	statements    int
+	ran           int // the server ran it (a Query or a Parse) without an error
+	falseRefusals int // refused, and the statement names no lock function
+	trueRefusals  int // refused, and the statement names one
+}
+
+// tallyTable renders tallies as a table, one row per source and a total,
+// which it also leaves in total.
+func tallyTable(tallies map[string]*corpusTally, total *corpusTally) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "source\tstatements\tran\tfalse refusals\ttrue refusals\t")
+	*total = corpusTally{}
+	for _, k := range slices.Sorted(maps.Keys(tallies)) {
+		tl := tallies[k]
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t\n", k, tl.statements, tl.ran, tl.falseRefusals, tl.trueRefusals)
+		total.statements += tl.statements
+		total.ran += tl.ran
+		total.falseRefusals += tl.falseRefusals
+		total.trueRefusals += tl.trueRefusals
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\t%d\t%d\t\n", total.statements, total.ran, total.falseRefusals, total.trueRefusals)
+	w.Flush()
+	return b.String()
 }
 
 // prefilterRates logs how often lockscan's pre-filters let a text of the
@@ -313,13 +412,8 @@ func names(text string) bool {
 }
 
 func sortedCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			b.WriteString(", ")
 		}

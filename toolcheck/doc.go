@@ -67,4 +67,42 @@
 // and its exit code. Children have a deadline of their own, and the parent
 // kills any child still running at its hard timeout (or when the test
 // ends) by the PID it started, after logging pg_stat_activity and pg_locks.
+//
+// # The real-SQL corpus
+//
+// TestRealSQLCorpus sends real applications' SQL through the guard behind
+// transaction pooling, under the default policy and under hold, and fails
+// on any refusal of a statement that calls no advisory-lock function. The
+// corpus is built at run time, never committed:
+//
+//   - from the module cache, at the versions go.mod requires: River's
+//     migrations and queries (riverpgxv5, riverdatabasesql, river), the
+//     SQL of golang-migrate's postgres and pgx/v5 drivers, of goose and of
+//     tern, and the SQL literals of pgx's test suites;
+//   - from libraries that write SQL, run against the test's PostgreSQL
+//     (plain pgx's database/sql driver, straight to the server) while a
+//     pgx tracer records every text pgx is asked to send: GORM
+//     (gorm.io/driver/postgres) through AutoMigrate, with its
+//     information_schema reads, and CRUD over models with bigint keys,
+//     text, timestamps, nullable columns, jsonb, text[], soft delete,
+//     has-many, belongs-to and many-to-many relations; bun (pgdialect)
+//     through CreateTable, CreateIndex, AddColumn, DropTable and CRUD with
+//     its values written into the text; sqlx through NamedExec, Named,
+//     In and Rebind, Select, Get and PrepareNamed. Each workload covers
+//     single and batch INSERT, upserts (ON CONFLICT), RETURNING, IN lists,
+//     Count, pagination, transactions (and savepoints for GORM and bun),
+//     raw queries with named arguments, and one session lock taken and
+//     released by a raw query, as such libraries' users do; a workload
+//     fails when the library no longer writes one of these kinds.
+//
+// Each policy logs a table per source: statements, how many the server
+// ran, false refusals (goal 0) and true refusals (statements that call a
+// session lock function, refused).
+//
+// TestORMWorkloadsThroughGuard runs the same GORM, bun and sqlx workloads,
+// arguments and all, through sql.Open("pgadvisory", dsn) behind
+// transaction pooling (policy reject and hold, the pool mode declared):
+// every step must succeed except the raw session lock under reject, which
+// must fail with ErrSessionLock, and no advisory lock may be left on the
+// server afterwards.
 package toolcheck
