@@ -56,7 +56,9 @@ func (k EventKind) String() string {
 }
 
 // Event is one thing the guard did, as a Tracer receives it. Fields that do
-// not apply to the kind are zero.
+// not apply to the kind are zero. A refusal or rewrite is reported when the
+// guard decides it, as the statement is written: a statement the server
+// then skips (an earlier statement of its unit failed) still counts once.
 type Event struct {
 	// Kind is what happened.
 	Kind EventKind

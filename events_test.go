@@ -329,3 +329,32 @@ func TestEventsLeakedWrap(t *testing.T) {
 		t.Fatalf("leaked event %+v", ev)
 	}
 }
+
+// TestEventsTracerMayAskPoolMode: the tracer runs with none of the
+// connection's locks held, so it may ask the connection's pool mode (a
+// lock held would deadlock here, and the test time out).
+func TestEventsTracerMayAskPoolMode(t *testing.T) {
+	noGoroutineLeak(t)
+	var gc *guardConn
+	var modes []poolmode.Mode
+	tr := TracerFunc(func(Event) {
+		m, _, _ := gc.PoolMode()
+		modes = append(modes, m)
+		_ = gc.HoldsSessionLocks()
+	})
+	w := newWire(t, transaction, WithPolicy(PolicyRewrite), WithPipelineBegin(false), WithTracer(tr))
+	gc = w.gc.(*guardConn)
+	w.send(&pgproto3.Query{String: "SELECT pg_advisory_lock(1), 2"}) // refused
+	q := decodeFrontend(t, w.server()[0]).(*pgproto3.Query)
+	w.reply(syntaxError(q.String), &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	w.read(2)
+	w.send(&pgproto3.Query{String: "BEGIN"})
+	w.server()
+	w.reply(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+	w.read(2)
+	w.send(&pgproto3.Query{String: "SELECT pg_advisory_lock(1)"}) // rewritten
+	w.server()
+	if len(modes) != 2 || modes[0] != poolmode.Transaction || modes[1] != poolmode.Transaction {
+		t.Fatalf("pool modes seen from the tracer: %v, want transaction twice", modes)
+	}
+}
