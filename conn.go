@@ -189,6 +189,7 @@ func (c *Conn) applyPolicy(ctx context.Context, query string) (string, error) {
 	res, err := c.c.g.scanner.Scan(query)
 	d := decide(query, res, err, policyInput{mode: c.mode, assumed: c.evidence.Source == poolmode.SourceFallback, inTx: c.inTx, policy: c.c.cfg.policy, dynamic: c.c.cfg.dynamic,
 		tookKey: func(lockscan.Call) bool { return c.txRewrote }})
+	c.c.g.traceText(c.mode, d.err, len(d.edits) > 0, res.Calls)
 	for _, w := range d.warnings {
 		c.warn(ctx, w.msg, query, w.attrs...)
 	}
@@ -269,7 +270,9 @@ func (c *Conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	if c.PoolMode() == poolmode.Statement {
 		switch c.c.cfg.policy {
 		case PolicyReject, PolicyRewrite, PolicyHold:
-			return nil, &StatementPoolingError{What: "transaction"}
+			err := &StatementPoolingError{What: "transaction"}
+			c.c.g.traceText(poolmode.Statement, err, false, nil)
+			return nil, err
 		case PolicyWarn:
 			c.warn(ctx, "pgadvisory: transaction begun behind statement pooling (policy warn)", "BEGIN")
 		}

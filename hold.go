@@ -490,6 +490,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 			// holder's session unlocks this mode only.
 			if err := hl.h.unlock(ctx, p.key, p.shared); err != nil {
 				c.dropHold(p.key, hl, false)
+				c.traceLost(p.key, err)
 				hs.lose(p.key, err)
 				if errors.Is(err, errHoldCanceled) {
 					return holdResult{}, err
@@ -540,7 +541,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	hs.keys[p.key] = hl
 	c.heldCount.Add(1)
 	key := p.key
-	h.watch(func(cause error) { hs.lose(key, cause) })
+	h.watch(func(cause error) { c.g.traceLost(key, cause); hs.lose(key, cause) })
 	return holdResult{answer: true}, nil
 }
 
@@ -695,7 +696,9 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 func (c *guardConn) finishHold(out net.Buffers) error {
 	p := c.hold
 	c.hold = nil
+	tr := c.traceHoldStart(p)
 	res, err := c.runHold(p)
+	c.traceHoldEnd(tr, p, res, err)
 	if err != nil {
 		return err
 	}
@@ -899,6 +902,9 @@ func (c *guardConn) dropHold(key holdKey, hl *heldLock, release bool) {
 	c.heldCount.Add(-1)
 	c.g.holders.unreserve()
 	hl.h.watch(nil)
+	if release && hl.h.alive() { // a holder that died was reported lost
+		c.traceReleased(key)
+	}
 	c.g.holders.put(hl.h, release)
 }
 
@@ -926,7 +932,7 @@ func (c *guardConn) resetHolds() {
 // (one may be taking a lock right now) and forgets a pending loss.
 func (c *guardConn) closeHolds() {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	defer c.unlockWrite()
 	c.releaseHolds()
 	if c.holds != nil {
 		c.holds.lost.Store(nil)

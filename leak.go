@@ -143,4 +143,5 @@ func (g *guard) leaked(ctx context.Context, m poolmode.Mode, le *LeakedLockError
 		g.released.add(le.keys, time.Now())
 	}
 	g.report(ctx, m, le)
+	g.traceLeaked(m, le)
 }

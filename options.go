@@ -168,8 +168,9 @@ type config struct {
 	scanCacheSize int
 	admin         *pgconn.Config
 	pipelineBegin bool
-	holdPerConn   int // PolicyHold: keys one connection may hold
-	holdPerGuard  int // PolicyHold: keys all connections of the config may hold
+	holdPerConn   int    // PolicyHold: keys one connection may hold
+	holdPerGuard  int    // PolicyHold: keys all connections of the config may hold
+	tracer        Tracer // WithTracer; nil: none
 
 	// admin parts from the DSN, assembled in finish.
 	adminDSN, adminUser, adminPassword, adminHost, adminPort, adminDatabase string

@@ -155,6 +155,7 @@ type guardConn struct {
 	holdTimer          *time.Timer
 	writeDeadline      time.Time
 	closed             bool
+	events             []Event // for the tracer, once c.wmu is let go (events.go)
 
 	// Read side (held while reading).
 	rmu     sync.Mutex
@@ -236,7 +237,7 @@ func (c *guardConn) takeSessionLocked() bool {
 // len(b) when everything was handed on.
 func (c *guardConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	defer c.unlockWrite()
 	data := b
 	if len(c.wpart) > 0 {
 		data = append(c.wpart, b...)
@@ -647,6 +648,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 		}
 		c.taken[k]++
 	}
+	c.traceRewritten(r.Calls)
 	edited := lockscan.ApplyEdits(text, d.edits)
 	if t == 'Q' {
 		return encodeMessage('Q', []byte(edited), []byte{0})
@@ -678,6 +680,7 @@ func (c *guardConn) refuse(t byte, err error) []byte {
 	if t != 'Q' && t != 'F' {
 		unit = c.sent + 1 // ends at the next Sync
 	}
+	c.traceRefused(c.mode, err, 0)
 	return c.refuseAt(t, err, unit)
 }
 

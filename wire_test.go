@@ -611,7 +611,8 @@ func mustEnc(msgs ...pgproto3.Message) []byte {
 }
 
 // TestWireHotPathAllocs: an ordinary unit and its reply cost the guard no
-// allocation and go out in the caller's buffer.
+// allocation and go out in the caller's buffer, with a tracer (WithTracer)
+// and without.
 func TestWireHotPathAllocs(t *testing.T) {
 	cases := []struct {
 		name         string
@@ -624,7 +625,9 @@ func TestWireHotPathAllocs(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		opt  Option
-	}{{"direct", direct}, {"transaction", transaction}} {
+	}{{"direct", direct}, {"transaction", transaction}, {"transaction+tracer", func(c *config) error {
+		return errors.Join(transaction(c), WithTracer(TracerFunc(func(Event) {}))(c))
+	}}} {
 		for _, tc := range cases {
 			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
 				gc, sc := newSink(t, mode.opt, WithPreparedStatements(true))

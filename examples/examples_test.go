@@ -164,3 +164,24 @@ func TestLeaderElection(t *testing.T) {
 		r.check(t, names[i]+" leads (leaders now 1)", names[i]+" stepped down")
 	}
 }
+
+// The metrics example counts the guard's events with Prometheus: two
+// goroutines take one session lock three times each (held and released six
+// times, the waits in the histogram), one transaction each has its session
+// lock rewritten, and one statement is refused; no key is held at the end.
+func TestMetrics(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	bin := build(t, "metrics")
+	r := run(t.Context(), bin, c.WideDSN(pgbouncer.Transaction))
+	r.check(t,
+		`pgadvisory_events_total{kind="held"} 6`,
+		`pgadvisory_events_total{kind="released"} 6`,
+		`pgadvisory_events_total{kind="rewritten"} 2`,
+		`pgadvisory_events_total{kind="refused"} 1`,
+		`pgadvisory_refusals_total{code="PA001"} 1`,
+		`pgadvisory_hold_wait_seconds_count 6`,
+		`pgadvisory_held_keys 0`)
+	if strings.Contains(r.stdout, `kind="lost"`) || strings.Contains(r.stdout, `kind="leaked"`) {
+		t.Errorf("events that did not happen were counted:\n%s", r.stdout)
+	}
+}
