@@ -106,6 +106,7 @@ type holdPlan struct {
 	// (true, as under PolicyRewrite).
 	takenInTx bool
 	timeouts  holdTimeouts // the session's lock_timeout and statement_timeout, as seen
+	local     *holdLocal   // how to answer the unit without the server, or nil (hold_answer.go)
 }
 
 // holdShape returns the arguments and the result column of a statement
@@ -328,6 +329,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		k, ok := argKey(text, call, bind)
 		p.takenInTx = ok && c.taken[k] > 0
 	}
+	p.local = c.holdLocalShape(p, args, alias, paramTypes, bind)
 	p.yes = standIn(t, call, args, alias, true, false, paramTypes)
 	p.no = standIn(t, call, args, alias, false, false, paramTypes)
 	return p, nil, true
@@ -698,6 +700,9 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	res, err := c.runHold(p)
 	if err != nil {
 		return err
+	}
+	if res.err == nil && res.notice == nil && c.answerHeld(p, res.answer, out) {
+		return nil
 	}
 	msg := p.yes
 	switch {

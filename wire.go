@@ -734,6 +734,9 @@ func cstring(b []byte) (string, bool) {
 type bindMsg struct {
 	formats []int16
 	values  [][]byte // nil for SQL NULL
+	// unit is the Bind and the messages written after it, for a held
+	// call answered here (hold_answer.go).
+	unit []byte
 }
 
 // parseBind decodes the Bind message at the start of b, or returns nil.
@@ -749,7 +752,7 @@ func parseBind(b []byte) *bindMsg {
 	if m.Decode(b[5:1+n]) != nil {
 		return nil
 	}
-	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters}
+	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters, unit: b}
 }
 
 // argKey returns the canonical key of the lock call names, from the
