@@ -1,0 +1,27 @@
+package pgadvisory
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+)
+
+// HoldStandIn returns the stand-in the guard sends for the lone lock call
+// text (a 'Q' or a 'P' declaring paramTypes), answering answer, so that a
+// test can ask the server what it answers to it.
+func HoldStandIn(t byte, text string, paramTypes []uint32, answer bool) ([]byte, error) {
+	r, err := lockscan.ScanWith(text, lockscan.Settings{})
+	if err != nil {
+		return nil, err
+	}
+	args, column, ok := holdShape(r)
+	if !ok {
+		return nil, fmt.Errorf("%q is not a lone lock call", text)
+	}
+	pt := binary.BigEndian.AppendUint16(nil, uint16(len(paramTypes)))
+	for _, oid := range paramTypes {
+		pt = binary.BigEndian.AppendUint32(pt, oid)
+	}
+	return standIn(t, r.Calls[0], args, column, answer, false, pt), nil
+}
