@@ -740,13 +740,23 @@ type holdTimeouts struct {
 	before *holdTimeouts
 }
 
+// settingsScan is the scan trackLockTimeout made of a statement, which
+// the statement path uses rather than scan the text a second time.
+type settingsScan struct {
+	text string // the text, copied out of the message buffer
+	r    lockscan.Result
+	err  error
+	done bool // the text was scanned
+}
+
 // trackLockTimeout follows SET, RESET, RESET ALL, DISCARD ALL and
 // set_config(…, false) of lock_timeout and statement_timeout, as lockscan
 // finds them in the statement's parse tree: a held lock waits at most that
 // long, as the server would. SET LOCAL and set_config(…, true) end with the
 // transaction and are not followed; neither are changes made inside a
-// function body or with a value that is not a constant. c.mu held.
-func (c *guardConn) trackLockTimeout(text string) {
+// function body or with a value that is not a constant. It returns its
+// scan of the text, if it made one. c.mu held.
+func (c *guardConn) trackLockTimeout(text string) settingsScan {
 	if c.timeouts.before != nil && transactionEffect(text) == txCloses {
 		// The transaction that changed them ends: a rollback (or the
 		// COMMIT of an aborted transaction) undoes the changes.
@@ -755,16 +765,18 @@ func (c *guardConn) trackLockTimeout(text string) {
 			c.timeouts = *c.timeouts.before
 		}
 		c.timeouts.before = nil
-		return
+		return settingsScan{}
 	}
 	if !lockscan.MayChangeSettings(text) {
-		return
+		return settingsScan{}
 	}
 	// The scanner's cache keeps the text: copy it out of the message
-	// buffer (statement then scans the same text again, from the cache).
-	r, err := c.g.scanner.ScanWith(strings.Clone(text), c.reading)
+	// buffer.
+	text = strings.Clone(text)
+	r, err := c.g.scanner.ScanWith(text, c.reading)
+	scan := settingsScan{text: text, r: r, err: err, done: true}
 	if err != nil {
-		return // unreadable: the statement itself is refused or fails
+		return scan // unreadable: the statement itself is refused or fails
 	}
 	set := func(name, v string, reset bool) {
 		d, isSet := time.Duration(0), false
@@ -798,6 +810,7 @@ func (c *guardConn) trackLockTimeout(text string) {
 			set(ch.Name, ch.Value, ch.Reset || strings.EqualFold(ch.Value, "default"))
 		}
 	}
+	return scan
 }
 
 // parseLockTimeout reads a lock_timeout value as PostgreSQL does: a number

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgadvisory/pgadvisory/lockscan"
 )
 
@@ -24,4 +26,11 @@ func HoldStandIn(t byte, text string, paramTypes []uint32, answer bool) ([]byte,
 		pt = binary.BigEndian.AppendUint32(pt, oid)
 	}
 	return standIn(t, r.Calls[0], args, column, answer, false, pt), nil
+}
+
+// ScanCount returns how many statements the scanner of conn's guard has
+// scanned (parsed or answered from its cache).
+func ScanCount(conn *pgx.Conn) uint64 {
+	st := guardOf(conn).g.scanner.Stats()
+	return st.Hits + st.Misses
 }

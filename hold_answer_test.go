@@ -370,3 +370,25 @@ func TestIntegrationHoldExecModes(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationHoldSettingsScannedOnce: under PolicyHold a statement that
+// may change lock_timeout or statement_timeout is scanned once, for the
+// timeouts and the policy both.
+func TestIntegrationHoldSettingsScannedOnce(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	conn := holdConn(t, holdDSN(t, c))
+	for _, q := range []string{
+		"SET lock_timeout = '1234ms'",
+		"SELECT set_config('statement_timeout', '4321', false)",
+		"SELECT set_config('lock_timeout', '0', false), pg_try_advisory_xact_lock(9404)",
+	} {
+		before := pgadvisory.ScanCount(conn)
+		if _, err := conn.Exec(t.Context(), q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if n := pgadvisory.ScanCount(conn) - before; n != 1 {
+			t.Errorf("%s: scanned %d times, want 1", q, n)
+		}
+	}
+}

@@ -511,8 +511,9 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 			return c.refuse(t, err)
 		}
 	}
+	var pre settingsScan
 	if c.g.holdEnabled() {
-		c.trackLockTimeout(text)
+		pre = c.trackLockTimeout(text)
 	}
 	switch transactionEffect(text) {
 	case txOpens:
@@ -528,14 +529,21 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		return nil
 	}
 	// The scanner's cache and the errors keep the text: copy it out of the
-	// message buffer.
-	text = strings.Clone(text)
+	// message buffer (trackLockTimeout's scan has a copy).
+	if pre.done {
+		text = pre.text
+	} else {
+		text = strings.Clone(text)
+	}
 	if c.settingsInFlux && mayCall {
 		// A statement earlier in this unit may have changed how the server
 		// reads this one, and its ParameterStatus has not come yet.
 		return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
 	}
-	r, err := c.g.scanner.ScanWith(text, c.reading)
+	r, err := pre.r, pre.err
+	if !pre.done {
+		r, err = c.g.scanner.ScanWith(text, c.reading)
+	}
 	if err != nil && !mayCall {
 		// Nothing in the text can name a lock function; what the parser
 		// could not read the server judges. It may change a setting.
