@@ -48,11 +48,19 @@ import (
 // with pool_size=2, one holder and the owner's work fit, and any number of
 // waiters. The price is that waiters are not queued by the server (no FIFO).
 //
-// The client's own statement still goes to the server, as a stand-in of the
-// same shape — same parameters and parameter types, same result column name
-// and type — that computes the answer the lock call would give (void, or
-// true/false), so pgx's statement caches, row decoding and database/sql's
-// scanning see exactly what PostgreSQL would send.
+// The client's own statement is answered by the guard when it can give
+// PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit on
+// an idle connection (no transaction, no deferred BEGIN, nothing
+// unanswered), a key the hold reads as the server does, every parameter's
+// type known (the Parse's, a cast's, or the function's), and an answer
+// without a NOTICE. Then a lock + unlock costs the holder's two round trips,
+// as a session's. Otherwise — in a transaction, a bad or NULL key, an
+// unlock of a key not held, a Parse only described — the statement goes to
+// the server as a stand-in of the same shape (same parameters and parameter
+// types, same result column name and type) that computes the answer the
+// lock call would give (void, or true/false), the server's errors
+// included. Either way pgx's statement caches, row decoding and
+// database/sql's scanning see exactly what PostgreSQL would send.
 const (
 	holdPollMin         = 2 * time.Millisecond
 	holdPollMax         = 100 * time.Millisecond
@@ -693,7 +701,8 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 }
 
 // finishHold runs the hold Write's frontend planned and puts the answer in
-// out, in place of the optimistic stand-in. c.wmu held.
+// out, in place of the optimistic stand-in, or answers the unit here
+// (answerHeld) and leaves it out of out. c.wmu held.
 func (c *guardConn) finishHold(out net.Buffers) error {
 	p := c.hold
 	c.hold = nil
