@@ -32,9 +32,11 @@ const (
 	oidVoid = 2278
 )
 
-// maxIdentifier is the longest column name the server keeps as written
-// (NAMEDATALEN-1); a longer alias is truncated, with a NOTICE.
-const maxIdentifier = 63
+// maxLocalColumn is the longest column name answered here: the server
+// truncates an identifier past NAMEDATALEN-1 (63) bytes, clipped to a whole
+// character, with a NOTICE, and the scanner's column is the truncated name:
+// one of 60 bytes or more may have been longer in the text.
+const maxLocalColumn = 59
 
 // holdLocal is how a held call's unit is answered without the server.
 type holdLocal struct {
@@ -52,7 +54,7 @@ type holdLocal struct {
 // holdArgs read them, bind the Bind written after a Parse. c.mu held.
 func (c *guardConn) holdLocalShape(p *holdPlan, args []holdArg, column string, paramTypes []byte, bind *bindMsg) *holdLocal {
 	if c.txStatus != 'I' || c.predicted != 'I' || c.pendingBegin != "" || c.localAbort || c.begin.active ||
-		column == "" || len(column) > maxIdentifier || len(args) != len(p.call.Args) {
+		column == "" || len(column) > maxLocalColumn || len(args) != len(p.call.Args) {
 		return nil
 	}
 	l := &holdLocal{t: p.t, column: column, void: p.op == lockscan.OpLock || p.op == lockscan.OpUnlockAll}

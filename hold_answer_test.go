@@ -48,7 +48,8 @@ var oracleForms = []oracleForm{
 	{name: "pair-param-cast", pair: true, args: "$1::int4, $2", oids: []uint32{0, 23}, types: []uint32{23, 23}},
 }
 
-var oracleAliases = []string{"", " AS ok", ` AS "Held Lock"`}
+// The longest column name answered here is 59 bytes (maxLocalColumn).
+var oracleAliases = []string{"", " AS ok", ` AS "Held Lock"`, " AS " + strings.Repeat("k", 59)}
 
 // oracleUnit is how a statement is sent: a simple Query, or Parse, Bind,
 // an optional Describe, Execute and Sync with the Bind's result and
