@@ -226,6 +226,9 @@ func holdKeyOf(args []holdArg, bind *bindMsg, paramTypes []byte) (holdKey, keySt
 				continue
 			}
 			v = strings.TrimSpace(p)
+			if !bind.fits(a.param, v, paramBits(a, pair, paramTypes)) {
+				return holdKey{}, keyBad // the server fails the Bind: 22003, or a bad binary value
+			}
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || (typ == "int4" || pair) && (n < -1<<31 || n >= 1<<31) {
@@ -240,6 +243,59 @@ func holdKeyOf(args []holdArg, bind *bindMsg, paramTypes []byte) (holdKey, keySt
 		return holdKey{pair: true, a: vals[0], b: vals[1]}, keyOK
 	}
 	return holdKey{a: vals[0]}, keyOK
+}
+
+// paramBits returns the width of the integer type the server gives the
+// parameter of argument a (a.param > 0) of a lock call: the Parse's type,
+// else the cast's, else the function's (bigint; int for the two-key
+// form). 0 for a type that is not int2, int4 or int8; -1 for another
+// type the argument is cast from (the cast reads the text).
+func paramBits(a holdArg, pair bool, paramTypes []byte) int {
+	switch paramOID(paramTypes, a.param) {
+	case 0:
+	case 21:
+		return 16
+	case 23:
+		return 32
+	case 20:
+		return 64
+	default:
+		if a.cast != "" {
+			return -1
+		}
+		return 0
+	}
+	switch {
+	case a.cast == "int4", a.cast == "" && pair:
+		return 32
+	case a.cast == "int8", a.cast == "":
+		return 64
+	}
+	return 0
+}
+
+// fits reports whether parameter n, v as text, is a value of an integer
+// type bits wide (paramBits) as the server reads it: in range, and of that
+// width in binary; text of another type (-1) is left to the cast.
+func (m *bindMsg) fits(n int, v string, bits int) bool {
+	if bits == 0 {
+		return false
+	}
+	f := int16(0)
+	switch {
+	case len(m.formats) == 1:
+		f = m.formats[0]
+	case len(m.formats) >= n:
+		f = m.formats[n-1]
+	}
+	switch {
+	case f != 0:
+		return len(m.values[n-1])*8 == bits
+	case bits < 0:
+		return true
+	}
+	_, err := strconv.ParseInt(v, 10, bits)
+	return err == nil
 }
 
 // paramOID returns the type a Parse declares for parameter n (0: none).

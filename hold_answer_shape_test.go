@@ -104,3 +104,51 @@ func TestHoldLocalShape(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldKeyParamTypes: a bound key is read as the type the server gives
+// its parameter (the Parse's, a cast's, the function's): a value out of
+// that type's range, or binary of another width, fails the server's Bind,
+// so the hold must not take a lock for it.
+func TestHoldKeyParamTypes(t *testing.T) {
+	eight := binary.BigEndian.AppendUint64(nil, 5)
+	four := binary.BigEndian.AppendUint32(nil, 5)
+	cases := []struct {
+		text    string
+		oids    []uint32
+		value   []byte
+		binary  bool
+		wantBad bool
+	}{
+		{text: "SELECT pg_advisory_lock($1)", oids: []uint32{23}, value: []byte("5000000000"), wantBad: true},
+		{text: "SELECT pg_advisory_lock($1)", oids: []uint32{23}, value: []byte("5")},
+		{text: "SELECT pg_advisory_lock($1)", oids: []uint32{21}, value: []byte("40000"), wantBad: true},
+		{text: "SELECT pg_advisory_lock($1)", value: four, binary: true, wantBad: true},
+		{text: "SELECT pg_advisory_lock($1)", value: eight, binary: true},
+		{text: "SELECT pg_advisory_lock($1::int4)", value: eight, binary: true, wantBad: true},
+		{text: "SELECT pg_advisory_lock($1::int4)", value: four, binary: true},
+		{text: "SELECT pg_advisory_lock($1::int4)", oids: []uint32{25}, value: []byte("42")},
+		{text: "SELECT pg_advisory_lock($1, 7)", value: eight, binary: true, wantBad: true},
+	}
+	for _, tc := range cases {
+		r, err := lockscan.ScanWith(tc.text, lockscan.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, _, ok := holdShape(r)
+		if !ok {
+			t.Fatalf("%q: not a lone call", tc.text)
+		}
+		pt := binary.BigEndian.AppendUint16(nil, uint16(len(tc.oids)))
+		for _, oid := range tc.oids {
+			pt = binary.BigEndian.AppendUint32(pt, oid)
+		}
+		bind := &bindMsg{values: [][]byte{tc.value}}
+		if tc.binary {
+			bind.formats = []int16{1}
+		}
+		_, st := holdKeyOf(args, bind, pt)
+		if got := st == keyBad; got != tc.wantBad {
+			t.Errorf("%q %v %q binary=%v: bad key %v, want %v", tc.text, tc.oids, tc.value, tc.binary, got, tc.wantBad)
+		}
+	}
+}
