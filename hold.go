@@ -281,15 +281,8 @@ func (m *bindMsg) fits(n int, v string, bits int) bool {
 	if bits == 0 {
 		return false
 	}
-	f := int16(0)
 	switch {
-	case len(m.formats) == 1:
-		f = m.formats[0]
-	case len(m.formats) >= n:
-		f = m.formats[n-1]
-	}
-	switch {
-	case f != 0:
+	case m.format(n) != 0:
 		return len(m.values[n-1])*8 == bits
 	case bits < 0:
 		return true

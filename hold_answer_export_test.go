@@ -21,11 +21,17 @@ func HoldStandIn(t byte, text string, paramTypes []uint32, answer bool) ([]byte,
 	if !ok {
 		return nil, fmt.Errorf("%q is not a lone lock call", text)
 	}
-	pt := binary.BigEndian.AppendUint16(nil, uint16(len(paramTypes)))
-	for _, oid := range paramTypes {
+	return standIn(t, r.Calls[0], args, column, answer, false, encodeParamTypes(paramTypes)), nil
+}
+
+// encodeParamTypes returns a Parse's parameter type list, as the rest of
+// its body.
+func encodeParamTypes(oids []uint32) []byte {
+	pt := binary.BigEndian.AppendUint16(nil, uint16(len(oids)))
+	for _, oid := range oids {
 		pt = binary.BigEndian.AppendUint32(pt, oid)
 	}
-	return standIn(t, r.Calls[0], args, column, answer, false, pt), nil
+	return pt
 }
 
 // ScanCount returns how many statements the scanner of conn's guard has

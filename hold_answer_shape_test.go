@@ -83,10 +83,7 @@ func TestHoldLocalShape(t *testing.T) {
 			)
 			if !tc.simple {
 				p.t = 'P'
-				pt = binary.BigEndian.AppendUint16(nil, uint16(len(tc.oids)))
-				for _, oid := range tc.oids {
-					pt = binary.BigEndian.AppendUint32(pt, oid)
-				}
+				pt = encodeParamTypes(tc.oids)
 				b, _ := (&pgproto3.Bind{DestinationPortal: tc.u.portal, Parameters: tc.u.params, ParameterFormatCodes: tc.u.formats, ResultFormatCodes: tc.u.results}).Encode(nil)
 				if tc.u.describe != 0 {
 					b, _ = (&pgproto3.Describe{ObjectType: tc.u.describe}).Encode(b)
@@ -138,10 +135,7 @@ func TestHoldKeyParamTypes(t *testing.T) {
 		if !ok {
 			t.Fatalf("%q: not a lone call", tc.text)
 		}
-		pt := binary.BigEndian.AppendUint16(nil, uint16(len(tc.oids)))
-		for _, oid := range tc.oids {
-			pt = binary.BigEndian.AppendUint32(pt, oid)
-		}
+		pt := encodeParamTypes(tc.oids)
 		bind := &bindMsg{values: [][]byte{tc.value}}
 		if tc.binary {
 			bind.formats = []int16{1}

@@ -809,6 +809,17 @@ func argKey(_ string, call lockscan.Call, bind *bindMsg) (string, bool) {
 	return string(append(b, ')')), true
 }
 
+// format returns the format code of parameter n (1-based).
+func (m *bindMsg) format(n int) int16 {
+	switch {
+	case len(m.formats) == 1:
+		return m.formats[0]
+	case len(m.formats) >= n:
+		return m.formats[n-1]
+	}
+	return 0
+}
+
 // param returns parameter n (1-based) as text.
 func (m *bindMsg) param(n int) (string, bool) {
 	if m == nil || n < 1 || n > len(m.values) {
@@ -818,14 +829,7 @@ func (m *bindMsg) param(n int) (string, bool) {
 	if v == nil {
 		return "NULL", true
 	}
-	f := int16(0)
-	switch {
-	case len(m.formats) == 1:
-		f = m.formats[0]
-	case len(m.formats) >= n:
-		f = m.formats[n-1]
-	}
-	if f == 0 {
+	if m.format(n) == 0 {
 		return string(v), true
 	}
 	switch len(v) {
