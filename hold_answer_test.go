@@ -184,6 +184,16 @@ func roundTrip(t *testing.T, conn net.Conn, unit []byte) []byte {
 	}
 }
 
+// messageTypes returns the types of the backend messages in reply.
+func messageTypes(reply []byte) string {
+	var types []byte
+	for len(reply) >= 5 {
+		types = append(types, reply[0])
+		reply = reply[1+binary.BigEndian.Uint32(reply[1:]):]
+	}
+	return string(types)
+}
+
 // firstConnCounter counts the writes on the first network connection a
 // config opens (the client's own; its holders come later).
 type firstConnCounter struct {
@@ -398,4 +408,32 @@ func TestIntegrationHoldSettingsScannedOnce(t *testing.T) {
 			t.Errorf("%s: scanned %d times, want 1", q, n)
 		}
 	}
+}
+
+// TestIntegrationHoldDescribeBeforeBind: a lone lock call parsed, described
+// and only then bound in the same unit (Parse, Describe, Bind, Execute,
+// Sync) is not one the guard holds; it must fail and take nothing, never
+// answer as if it had the lock (it answered true while another session
+// held the key).
+func TestIntegrationHoldDescribeBeforeBind(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	held, _ := connectHeldCounted(t, holdDSN(t, c))
+	other := connectDirect(t, c)
+	const k = 9405
+	if _, err := other.Exec(t.Context(), "SELECT pg_advisory_lock($1)", k); err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"pg_try_advisory_lock", "pg_advisory_unlock"} {
+		b, _ := (&pgproto3.Parse{Query: fmt.Sprintf("SELECT %s(%d)", fn, k)}).Encode(nil)
+		b, _ = (&pgproto3.Describe{ObjectType: 'S'}).Encode(b)
+		b, _ = (&pgproto3.Bind{}).Encode(b)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		b, _ = (&pgproto3.Sync{}).Encode(b)
+		reply := roundTrip(t, held.PgConn().Conn(), b)
+		if types := messageTypes(reply); !strings.Contains(types, "E") || strings.Contains(types, "D") {
+			t.Errorf("%s described before its Bind: answered %q, want an error and no row", fn, reply)
+		}
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
 }
