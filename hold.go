@@ -48,11 +48,19 @@ import (
 // with pool_size=2, one holder and the owner's work fit, and any number of
 // waiters. The price is that waiters are not queued by the server (no FIFO).
 //
-// The client's own statement still goes to the server, as a stand-in of the
-// same shape — same parameters and parameter types, same result column name
-// and type — that computes the answer the lock call would give (void, or
-// true/false), so pgx's statement caches, row decoding and database/sql's
-// scanning see exactly what PostgreSQL would send.
+// The client's own statement is answered by the guard when it can give
+// PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit on
+// an idle connection (no transaction, no deferred BEGIN, nothing
+// unanswered), a key the hold reads as the server does, every parameter's
+// type known (the Parse's, a cast's, or the function's), and an answer
+// without a NOTICE. Then a lock + unlock costs the holder's two round trips,
+// as a session's. Otherwise — in a transaction, a bad or NULL key, an
+// unlock of a key not held, a Parse only described — the statement goes to
+// the server as a stand-in of the same shape (same parameters and parameter
+// types, same result column name and type) that computes the answer the
+// lock call would give (void, or true/false), the server's errors
+// included. Either way pgx's statement caches, row decoding and
+// database/sql's scanning see exactly what PostgreSQL would send.
 const (
 	holdPollMin         = 2 * time.Millisecond
 	holdPollMax         = 100 * time.Millisecond
@@ -106,6 +114,7 @@ type holdPlan struct {
 	// (true, as under PolicyRewrite).
 	takenInTx bool
 	timeouts  holdTimeouts // the session's lock_timeout and statement_timeout, as seen
+	local     *holdLocal   // how to answer the unit without the server, or nil (hold_answer.go)
 }
 
 // holdShape returns the arguments and the result column of a statement
@@ -217,6 +226,9 @@ func holdKeyOf(args []holdArg, bind *bindMsg, paramTypes []byte) (holdKey, keySt
 				continue
 			}
 			v = strings.TrimSpace(p)
+			if !bind.fits(a.param, v, paramBits(a, pair, paramTypes)) {
+				return holdKey{}, keyBad // the server fails the Bind: 22003, or a bad binary value
+			}
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || (typ == "int4" || pair) && (n < -1<<31 || n >= 1<<31) {
@@ -231,6 +243,52 @@ func holdKeyOf(args []holdArg, bind *bindMsg, paramTypes []byte) (holdKey, keySt
 		return holdKey{pair: true, a: vals[0], b: vals[1]}, keyOK
 	}
 	return holdKey{a: vals[0]}, keyOK
+}
+
+// paramBits returns the width of the integer type the server gives the
+// parameter of argument a (a.param > 0) of a lock call: the Parse's type,
+// else the cast's, else the function's (bigint; int for the two-key
+// form). 0 for a type that is not int2, int4 or int8; -1 for another
+// type the argument is cast from (the cast reads the text).
+func paramBits(a holdArg, pair bool, paramTypes []byte) int {
+	switch paramOID(paramTypes, a.param) {
+	case 0:
+	case 21:
+		return 16
+	case 23:
+		return 32
+	case 20:
+		return 64
+	default:
+		if a.cast != "" {
+			return -1
+		}
+		return 0
+	}
+	switch {
+	case a.cast == "int4", a.cast == "" && pair:
+		return 32
+	case a.cast == "int8", a.cast == "":
+		return 64
+	}
+	return 0
+}
+
+// fits reports whether parameter n, v as text, is a value of an integer
+// type bits wide (paramBits) as the server reads it: in range, and of that
+// width in binary; text of another type (-1) is left to the cast.
+func (m *bindMsg) fits(n int, v string, bits int) bool {
+	if bits == 0 {
+		return false
+	}
+	switch {
+	case m.format(n) != 0:
+		return len(m.values[n-1])*8 == bits
+	case bits < 0:
+		return true
+	}
+	_, err := strconv.ParseInt(v, 10, bits)
+	return err == nil
 }
 
 // paramOID returns the type a Parse declares for parameter n (0: none).
@@ -311,9 +369,12 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		if bind == nil {
 			// A Parse to describe (pgx's cache_describe, describe_exec):
 			// nothing runs. The stand-in describes the same way; a later
-			// Bind of it without its Parse is refused (message, 'B').
+			// Bind of it without its Parse is refused (message, 'B'). A
+			// Bind in the same unit, after a Describe (P D B E S), finds
+			// no hold: the stand-in fails (22003) rather than answer as if
+			// the lock were taken.
 			c.unnamedHoldStandIn = true
-			return nil, standIn(t, call, args, alias, true, false, paramTypes), true
+			return nil, standIn(t, call, args, alias, true, true, paramTypes), true
 		}
 	}
 	if call.Op != lockscan.OpUnlockAll {
@@ -328,6 +389,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		k, ok := argKey(text, call, bind)
 		p.takenInTx = ok && c.taken[k] > 0
 	}
+	p.local = c.holdLocalShape(p, args, alias, paramTypes, bind)
 	p.yes = standIn(t, call, args, alias, true, false, paramTypes)
 	p.no = standIn(t, call, args, alias, false, false, paramTypes)
 	return p, nil, true
@@ -692,7 +754,8 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 }
 
 // finishHold runs the hold Write's frontend planned and puts the answer in
-// out, in place of the optimistic stand-in. c.wmu held.
+// out, in place of the optimistic stand-in, or answers the unit here
+// (answerHeld) and leaves it out of out. c.wmu held.
 func (c *guardConn) finishHold(out net.Buffers) error {
 	p := c.hold
 	c.hold = nil
@@ -701,6 +764,9 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	c.traceHoldEnd(tr, p, res, err)
 	if err != nil {
 		return err
+	}
+	if res.err == nil && res.notice == nil && c.answerHeld(p, res.answer, out) {
+		return nil
 	}
 	msg := p.yes
 	switch {
@@ -738,13 +804,23 @@ type holdTimeouts struct {
 	before *holdTimeouts
 }
 
+// settingsScan is the scan trackLockTimeout made of a statement, which
+// the statement path uses rather than scan the text a second time.
+type settingsScan struct {
+	text string // the text, copied out of the message buffer
+	r    lockscan.Result
+	err  error
+	done bool // the text was scanned
+}
+
 // trackLockTimeout follows SET, RESET, RESET ALL, DISCARD ALL and
 // set_config(…, false) of lock_timeout and statement_timeout, as lockscan
 // finds them in the statement's parse tree: a held lock waits at most that
 // long, as the server would. SET LOCAL and set_config(…, true) end with the
 // transaction and are not followed; neither are changes made inside a
-// function body or with a value that is not a constant. c.mu held.
-func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) {
+// function body or with a value that is not a constant. It returns its
+// scan of the text, if it made one. c.mu held.
+func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) settingsScan {
 	if c.timeouts.before != nil && tx.Ends() {
 		// The transaction that changed them ends: a rollback (or the
 		// COMMIT of an aborted transaction) undoes the changes.
@@ -752,16 +828,18 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) {
 			c.timeouts = *c.timeouts.before
 		}
 		c.timeouts.before = nil
-		return
+		return settingsScan{}
 	}
 	if !lockscan.MayChangeSettings(text) {
-		return
+		return settingsScan{}
 	}
 	// The scanner's cache keeps the text: copy it out of the message
-	// buffer (statement then scans the same text again, from the cache).
-	r, err := c.g.scanner.ScanWith(strings.Clone(text), c.reading)
+	// buffer.
+	text = strings.Clone(text)
+	r, err := c.g.scanner.ScanWith(text, c.reading)
+	scan := settingsScan{text: text, r: r, err: err, done: true}
 	if err != nil {
-		return // unreadable: the statement itself is refused or fails
+		return scan // unreadable: the statement itself is refused or fails
 	}
 	set := func(name, v string, reset bool) {
 		d, isSet := time.Duration(0), false
@@ -795,6 +873,7 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) {
 			set(ch.Name, ch.Value, ch.Reset || strings.EqualFold(ch.Value, "default"))
 		}
 	}
+	return scan
 }
 
 // parseLockTimeout reads a lock_timeout value as PostgreSQL does: a number

@@ -13,14 +13,14 @@ import (
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
-// holdCycleRoundTrips is what TestHoldCycleRoundTrips measures today for one
+// holdCycleRoundTrips is what TestHoldCycleRoundTrips measures for one
 // session lock + unlock under PolicyHold behind transaction pooling: the
-// client's two statements (each sent as a stand-in), the holder's BEGIN
-// pipelined with its try-lock, and the holder's unlock and ROLLBACK. The
-// goal is plainCycleRoundTrips, a plain session's cost; a change to either
-// side shows here first.
+// holder's BEGIN pipelined with its try-lock, and the holder's unlock and
+// ROLLBACK; the client's two statements are answered by the guard
+// (hold_answer.go), without a round trip. It is plainCycleRoundTrips, a
+// plain session's cost; a change to either side shows here first.
 const (
-	holdCycleRoundTrips  = 4
+	holdCycleRoundTrips  = 2
 	plainCycleRoundTrips = 2
 )
 
@@ -75,13 +75,22 @@ var holdCyclePaths = []holdCyclePath{
 // idle holders) at the end of tb.
 func connectCounted(tb testing.TB, c *pgbouncer.Cluster, p holdCyclePath) (*pgx.Conn, *tripCounter) {
 	tb.Helper()
-	cfg, err := pgx.ParseConfig(p.dsn(tb, c))
+	tc := &tripCounter{}
+	return connectHooked(tb, p.dsn(tb, c), p.guarded, tc.hook), tc
+}
+
+// connectHooked connects one pgx.Conn to dsn with hook as its
+// AfterNetConnect, installed before the guard when guarded (so that it
+// sees the bytes on the network, of the holders too), and closes it (and
+// its idle holders) at the end of tb.
+func connectHooked(tb testing.TB, dsn string, guarded bool, hook func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)) *pgx.Conn {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tc := &tripCounter{}
-	cfg.AfterNetConnect = tc.hook
-	if p.guarded {
+	cfg.AfterNetConnect = hook
+	if guarded {
 		if err := pgadvisory.ConfigureConn(cfg); err != nil {
 			tb.Fatal(err)
 		}
@@ -92,11 +101,11 @@ func connectCounted(tb testing.TB, c *pgbouncer.Cluster, p holdCyclePath) (*pgx.
 	}
 	tb.Cleanup(func() {
 		conn.Close(context.Background())
-		if p.guarded {
+		if guarded {
 			pgadvisory.CloseIdleHolders(conn)
 		}
 	})
-	return conn, tc
+	return conn
 }
 
 // holdCycle takes the session lock on key and releases it.

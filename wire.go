@@ -510,8 +510,9 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		}
 	}
 	tx := lockscan.Transaction(text)
+	var pre settingsScan
 	if c.g.holdEnabled() {
-		c.trackLockTimeout(text, tx)
+		pre = c.trackLockTimeout(text, tx)
 	}
 	switch {
 	case tx.Opens():
@@ -527,14 +528,21 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		return nil
 	}
 	// The scanner's cache and the errors keep the text: copy it out of the
-	// message buffer.
-	text = strings.Clone(text)
+	// message buffer (trackLockTimeout's scan has a copy).
+	if pre.done {
+		text = pre.text
+	} else {
+		text = strings.Clone(text)
+	}
 	if c.settingsInFlux && mayCall {
 		// A statement earlier in this unit may have changed how the server
 		// reads this one, and its ParameterStatus has not come yet.
 		return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
 	}
-	r, err := c.g.scanner.ScanWith(text, c.reading)
+	r, err := pre.r, pre.err
+	if !pre.done {
+		r, err = c.g.scanner.ScanWith(text, c.reading)
+	}
 	if err != nil && !mayCall {
 		// Nothing in the text can name a lock function; what the parser
 		// could not read the server judges. It may change a setting.
@@ -735,6 +743,9 @@ func cstring(b []byte) (string, bool) {
 type bindMsg struct {
 	formats []int16
 	values  [][]byte // nil for SQL NULL
+	// unit is the Bind and the messages written after it, for a held
+	// call answered here (hold_answer.go).
+	unit []byte
 }
 
 // parseBind decodes the Bind message at the start of b, or returns nil.
@@ -750,7 +761,7 @@ func parseBind(b []byte) *bindMsg {
 	if m.Decode(b[5:1+n]) != nil {
 		return nil
 	}
-	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters}
+	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters, unit: b}
 }
 
 // argKey returns the canonical key of the lock call names, from the
@@ -799,6 +810,17 @@ func argKey(_ string, call lockscan.Call, bind *bindMsg) (string, bool) {
 	return string(append(b, ')')), true
 }
 
+// format returns the format code of parameter n (1-based).
+func (m *bindMsg) format(n int) int16 {
+	switch {
+	case len(m.formats) == 1:
+		return m.formats[0]
+	case len(m.formats) >= n:
+		return m.formats[n-1]
+	}
+	return 0
+}
+
 // param returns parameter n (1-based) as text.
 func (m *bindMsg) param(n int) (string, bool) {
 	if m == nil || n < 1 || n > len(m.values) {
@@ -808,14 +830,7 @@ func (m *bindMsg) param(n int) (string, bool) {
 	if v == nil {
 		return "NULL", true
 	}
-	f := int16(0)
-	switch {
-	case len(m.formats) == 1:
-		f = m.formats[0]
-	case len(m.formats) >= n:
-		f = m.formats[n-1]
-	}
-	if f == 0 {
+	if m.format(n) == 0 {
 		return string(v), true
 	}
 	switch len(v) {
