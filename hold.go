@@ -369,11 +369,12 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		if bind == nil {
 			// A Parse to describe (pgx's cache_describe, describe_exec):
 			// nothing runs. The stand-in describes the same way; a later
-			// Bind of it without its Parse is refused (message, 'B'). A
-			// Bind in the same unit, after a Describe (P D B E S), finds
-			// no hold: the stand-in fails (22003) rather than answer as if
-			// the lock were taken.
-			c.unnamedHoldStandIn = true
+			// Bind of it without its Parse is refused (message, 'B'), and
+			// so is a Bind in the same unit, after a Describe (P D B E S),
+			// with *HoldUnitError: the call was not alone with its Bind.
+			// (Were it run, the stand-in fails with 22003 rather than
+			// answer as if the lock were taken.)
+			c.unnamedHoldStandIn, c.unnamedHoldCall = true, call.Func
 			return nil, standIn(t, call, args, alias, true, true, paramTypes), true
 		}
 	}

@@ -431,8 +431,8 @@ func TestIntegrationHoldDescribeBeforeBind(t *testing.T) {
 		b, _ = (&pgproto3.Execute{}).Encode(b)
 		b, _ = (&pgproto3.Sync{}).Encode(b)
 		reply := roundTrip(t, held.PgConn().Conn(), b)
-		if types := messageTypes(reply); !strings.Contains(types, "E") || strings.Contains(types, "D") {
-			t.Errorf("%s described before its Bind: answered %q, want an error and no row", fn, reply)
+		if types := messageTypes(reply); !strings.Contains(types, "E") || strings.Contains(types, "D") || !strings.Contains(string(reply), pgadvisory.SQLStateHoldFailed) {
+			t.Errorf("%s described before its Bind: answered %q, want the refusal (%s) and no row", fn, reply, pgadvisory.SQLStateHoldFailed)
 		}
 	}
 	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))

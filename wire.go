@@ -147,6 +147,7 @@ type guardConn struct {
 	heldCount          atomic.Int32                  // keys in holds, for the read side
 	lastLost           atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
 	unnamedHoldStandIn bool                          // the unnamed statement is a described stand-in
+	unnamedHoldCall    string                        // its lock function, when parsed to be described
 	holdAlone          bool                          // the message being examined is alone in its unit, nothing before it unanswered
 	xact               xactLocks                     // transaction-level locks of the open transaction (self-conflicts)
 	timeouts           holdTimeouts                  // the session's lock_timeout and statement_timeout, as far as the guard saw them
@@ -468,10 +469,14 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 				return repl, nil
 			}
 		}
-		if stmt == "" && !c.unit.parsedUnnamed && c.unnamedHoldStandIn {
+		if stmt == "" && c.unnamedHoldStandIn {
 			// The unnamed statement is the stand-in of a lock call, parsed
-			// to be described: bound without its Parse, nothing would hold
-			// the lock.
+			// to be described: bound, nothing would hold the lock. In its
+			// own unit (Parse, Describe, Bind, Execute, Sync) the call was
+			// not alone with its Bind; in a later one its Parse is gone.
+			if c.unit.parsedUnnamed {
+				return c.refuse(t, &HoldUnitError{Func: c.unnamedHoldCall}), nil
+			}
 			return c.refuse(t, c.unsafeStatement("", "")), nil
 		}
 		if c.pooled() && !c.g.cfg.preparedOK {
