@@ -1343,9 +1343,13 @@ func (h *holderConn) cause() error {
 func (h *holderConn) watch(f func(error)) {
 	h.mu.Lock()
 	h.onLost = f
+	dead := !h.alive() // die closes dead under mu: it has run, without f
 	h.mu.Unlock()
-	if f != nil && !h.alive() {
-		f(h.cause())
+	if f != nil && dead {
+		// As die would call it: once, and not on the caller's goroutine,
+		// which may hold the client connection's locks (f reports the
+		// loss, to a tracer too).
+		go f(h.cause())
 	}
 }
 
