@@ -96,15 +96,17 @@
 // it keeps open, one holder per key; the unlock of one mode is
 // pg_advisory_unlock[_shared] there, and the last one ends the holder with
 // pg_advisory_unlock_all() and ROLLBACK. The lock is taken before the
-// client's statement goes to the server, as a stand-in of the same shape
-// that returns the answer (bad keys fail there as on PostgreSQL: 22003,
-// 42883; a NULL key gives NULL; nothing is held). A lock that must wait
+// client's statement is answered: by the guard itself, with the messages
+// PostgreSQL would send, when the connection is idle and the call's key and
+// parameter types are known; otherwise by the server, to which a stand-in
+// of the same shape goes that returns the answer (bad keys fail there as on
+// PostgreSQL: 22003, 42883; a NULL key gives NULL; nothing is held). So a
+// lock + unlock cycle costs the holder's two round trips. A lock that must wait
 // polls in a new transaction each time, so waiters pin no server
 // connection; the wait ends with the caller's deadline, Close,
-// lock_timeout (55P03) or statement_timeout (57014) — followed from SET,
-// RESET and set_config(…, false), and otherwise read from the holder's
-// pg_settings reset_val when the wait starts (SET LOCAL and
-// set_config(…, true) are not followed).
+// lock_timeout (55P03) or statement_timeout (57014) — followed from SET
+// [LOCAL], RESET and set_config(…), and otherwise read from the holder's
+// pg_settings reset_val when the wait starts.
 //
 // What cannot be sequenced with the server is refused whole with nothing
 // taken (PA009, ErrHoldFailed): a lock call that shares its round trip with
@@ -188,7 +190,7 @@
 // a function already defined in the database cannot be seen by a SQL
 // scanner. Under policy hold: when the pooler has no server connection for
 // the client's own statements the client gets PgBouncer's error, not a typed
-// one; if the server fails a stand-in after the hold acted (a statement_timeout
-// of about a millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
+// one; if the server fails a stand-in (in a transaction) after the hold
+// acted (a statement_timeout of about a millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
 // defaults reach only server connections the pooler opened after the ALTER.
 package pgadvisory

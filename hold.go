@@ -363,7 +363,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 		// as it would the call, and nothing is held.
 		return nil, standIn(t, call, args, alias, true, true, paramTypes), true
 	}
-	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeouts: c.timeouts}
+	p = &holdPlan{op: call.Op, shared: call.Shared, call: call, query: text, t: t, unit: c.sent, timeouts: c.timeouts.effective()}
 	if t == 'P' {
 		p.unit = c.sent + 1
 		if bind == nil {
@@ -803,6 +803,29 @@ type holdTimeouts struct {
 	// before is the value when the open transaction first changed them:
 	// a ROLLBACK restores it.
 	before *holdTimeouts
+	// localLock and localStmt are a SET LOCAL (or set_config(…, true)) of
+	// the open transaction, over lock and stmt until it ends.
+	localLock, localStmt localTimeout
+}
+
+// localTimeout is a transaction's own value of a timeout.
+type localTimeout struct {
+	d   time.Duration
+	set bool // a value; else the session default (read from the holder)
+	on  bool // the transaction set it
+}
+
+// effective returns the timeouts a wait starting now is bound by: the
+// transaction's own values over the session's.
+func (t holdTimeouts) effective() holdTimeouts {
+	if t.localLock.on {
+		t.lock, t.lockSet = t.localLock.d, t.localLock.set
+	}
+	if t.localStmt.on {
+		t.stmt, t.stmtSet = t.localStmt.d, t.localStmt.set
+	}
+	t.before, t.localLock, t.localStmt = nil, localTimeout{}, localTimeout{}
+	return t
 }
 
 // settingsScan is the scan trackLockTimeout made of a statement, which
@@ -814,21 +837,22 @@ type settingsScan struct {
 	done bool // the text was scanned
 }
 
-// trackLockTimeout follows SET, RESET, RESET ALL, DISCARD ALL and
-// set_config(…, false) of lock_timeout and statement_timeout, as lockscan
-// finds them in the statement's parse tree: a held lock waits at most that
-// long, as the server would. SET LOCAL and set_config(…, true) end with the
-// transaction and are not followed; neither are changes made inside a
-// function body or with a value that is not a constant. It returns its
+// trackLockTimeout follows SET [LOCAL], RESET, RESET ALL, DISCARD ALL and
+// set_config(…) of lock_timeout and statement_timeout, as lockscan finds
+// them in the statement's parse tree: a held lock waits at most that long,
+// as the server would. A transaction's changes end with it (ROLLBACK undoes
+// a SET, every end undoes a SET LOCAL). Changes made inside a function body
+// or with a value that is not a constant are not followed. It returns its
 // scan of the text, if it made one. c.mu held.
 func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) settingsScan {
-	if c.timeouts.before != nil && tx.Ends() {
+	if tx.Ends() && (c.timeouts.before != nil || c.timeouts.localLock.on || c.timeouts.localStmt.on) {
 		// The transaction that changed them ends: a rollback (or the
-		// COMMIT of an aborted transaction) undoes the changes.
-		if tx.Kind == lockscan.TxRollback || c.predicted == 'E' || c.txStatus == 'E' {
+		// COMMIT of an aborted transaction) undoes the changes, and its
+		// SET LOCALs end in any case.
+		if c.timeouts.before != nil && (tx.Kind == lockscan.TxRollback || c.predicted == 'E' || c.txStatus == 'E') {
 			c.timeouts = *c.timeouts.before
 		}
-		c.timeouts.before = nil
+		c.timeouts.before, c.timeouts.localLock, c.timeouts.localStmt = nil, localTimeout{}, localTimeout{}
 		return settingsScan{}
 	}
 	if !lockscan.MayChangeSettings(text) {
@@ -842,7 +866,7 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) setting
 	if err != nil {
 		return scan // unreadable: the statement itself is refused or fails
 	}
-	set := func(name, v string, reset bool) {
+	set := func(name, v string, reset, local bool) {
 		d, isSet := time.Duration(0), false
 		if !reset {
 			var ok bool
@@ -851,8 +875,20 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) setting
 			}
 			isSet = true
 		}
+		lt := &c.timeouts.localLock
+		if name == lockscan.SettingStatementTimeout {
+			lt = &c.timeouts.localStmt
+		}
+		if local {
+			if c.predicted != 'I' { // outside a transaction it does nothing
+				*lt = localTimeout{d: d, set: isSet, on: true}
+			}
+			return
+		}
+		*lt = localTimeout{} // a SET after a SET LOCAL replaces it too
 		if c.predicted != 'I' && c.timeouts.before == nil {
 			prev := c.timeouts
+			prev.localLock, prev.localStmt = localTimeout{}, localTimeout{}
 			c.timeouts.before = &prev
 		}
 		if name == lockscan.SettingLockTimeout {
@@ -863,15 +899,14 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) setting
 	}
 	for _, ch := range r.Settings {
 		switch {
-		case ch.Local || ch.InBody:
-			// Ends with the transaction (a held lock lives on), or
-			// happens when the body runs.
+		case ch.InBody:
+			// Happens when the body runs.
 		case ch.All:
-			set(lockscan.SettingLockTimeout, "", true)
-			set(lockscan.SettingStatementTimeout, "", true)
+			set(lockscan.SettingLockTimeout, "", true, false)
+			set(lockscan.SettingStatementTimeout, "", true, false)
 		case !ch.Known:
 		case ch.Name == lockscan.SettingLockTimeout || ch.Name == lockscan.SettingStatementTimeout:
-			set(ch.Name, ch.Value, ch.Reset || strings.EqualFold(ch.Value, "default"))
+			set(ch.Name, ch.Value, ch.Reset || strings.EqualFold(ch.Value, "default"), ch.Local)
 		}
 	}
 	return scan

@@ -369,6 +369,38 @@ func TestIntegrationHoldFinding6Timeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(b, "57014")
+	// A transaction's own values (SET LOCAL, set_config(…, true)) bound a
+	// wait inside it, and end with it.
+	for _, tc := range []struct{ set, want string }{
+		{"SET LOCAL lock_timeout = '300ms'", "55P03"},
+		{"SELECT set_config('statement_timeout', '300ms', true)", "57014"},
+	} {
+		l := connectT(t, cfg)
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			if _, err := l.Exec(ctx, "BEGIN"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Exec(ctx, tc.set); err != nil {
+				t.Fatal(err)
+			}
+			check(l, tc.want)
+			if _, err := l.Exec(ctx, end); err != nil {
+				t.Fatal(err)
+			}
+			// Ended: the wait is bound by the caller alone again.
+			wctx, cancel := context.WithTimeout(ctx, 2*bound)
+			_, err := l.Exec(wctx, "SELECT pg_advisory_lock($1)", k)
+			cancel()
+			var pe interface{ SQLState() string }
+			if errors.As(err, &pe) && (pe.SQLState() == "55P03" || pe.SQLState() == "57014") {
+				t.Fatalf("after %s, %q still bounds the wait: %v", end, tc.set, err)
+			}
+			if err == nil {
+				t.Fatalf("after %s: the lock of a taken key was granted", end)
+			}
+			l = connectT(t, cfg) // a canceled wait may leave the connection closed
+		}
+	}
 	su, err := pgx.Connect(ctx, c.SuperuserDSN())
 	if err != nil {
 		t.Fatal(err)
