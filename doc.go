@@ -188,9 +188,8 @@
 // languages' drivers). SCRAM channel binding cannot be required through it
 // (pgconn reads the binding data only from a *tls.Conn). A lock taken inside
 // a function already defined in the database cannot be seen by a SQL
-// scanner. Under policy hold: when the pooler has no server connection for
-// the client's own statements the client gets PgBouncer's error, not a typed
-// one; if the server fails a stand-in (in a transaction) after the hold
-// acted (a statement_timeout of about a millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
+// scanner. Under policy hold: if the server fails a stand-in (in a
+// transaction) after the hold acted (a statement_timeout of about a
+// millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
 // defaults reach only server connections the pooler opened after the ALTER.
 package pgadvisory

@@ -85,9 +85,20 @@ type HoldPoolError struct {
 	Held []string
 	// Err is the pooler's error.
 	Err error
+	// Client is set when the statement that waited was the client's own
+	// (not a holder's): the pool's server connections were taken, some by
+	// the configuration's holders. Func and Key are empty then, and Held
+	// lists nothing; ConfigHeld counts the keys all connections of the
+	// configuration held, each pinning one server connection.
+	Client     bool
+	ConfigHeld int
 }
 
 func (e *HoldPoolError) Error() string {
+	if e.Client {
+		return fmt.Sprintf("pgadvisory: the pooler had no free server connection for this client's statement (%v) while the connections of this configuration held %d keys under policy hold, each pinning one server connection of the pool: raise the pool's pool_size above the keys held at once plus the clients' own connections, or hold fewer keys (WithHoldLimits)",
+			e.Err, e.ConfigHeld)
+	}
 	held := "none"
 	if len(e.Held) > 0 {
 		held = strings.Join(e.Held, ", ")

@@ -137,9 +137,13 @@ func loggedRefusal(id uint64) error {
 func encodeRefusal(r refusal) []byte {
 	id := logRefusal(r.err)
 	msg := strings.TrimPrefix(r.err.Error(), "pgadvisory: ")
+	severity := "ERROR"
+	if r.fatal {
+		severity = "FATAL"
+	}
 	e := pgproto3.ErrorResponse{
-		Severity:            "ERROR",
-		SeverityUnlocalized: "ERROR",
+		Severity:            severity,
+		SeverityUnlocalized: severity,
 		Code:                r.code,
 		Message:             "pgadvisory: " + msg,
 		Where:               refusalWhere + strconv.FormatUint(id, 10),

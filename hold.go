@@ -1159,6 +1159,13 @@ type holderPool struct {
 	held int
 }
 
+// heldNow returns how many keys the config's connections hold.
+func (p *holderPool) heldNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
 // reserve counts one more held key, or refuses past the caps.
 func (p *holderPool) reserve(connHeld, perConn, perGuard int) error {
 	if connHeld >= perConn {

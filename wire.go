@@ -72,6 +72,7 @@ type refusal struct {
 	code   string
 	pos    int
 	unit   uint64 // ReadyForQuery number that ends the unit
+	fatal  bool   // the server ends the connection after it (severity FATAL)
 }
 
 // ProtocolError reports a PostgreSQL protocol message the guard could not
@@ -1202,6 +1203,12 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 			}
 		}
 	case 'E':
+		if n := c.g.holders.heldNow(); n > 0 && isQueueTimeout(body) {
+			// The pooler gave up on a server connection for the client's
+			// own statement while holders pin some: say why.
+			pe := &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "query_wait_timeout"}
+			return encodeRefusal(refusal{err: &HoldPoolError{Client: true, ConfigHeld: n, Err: pe}, code: SQLStateHoldFailed, fatal: true})
+		}
 		if len(c.refusals) == 0 {
 			return nil
 		}
@@ -1457,6 +1464,16 @@ func (c *guardConn) functionCall(oid uint32) []byte {
 // isPoolerRefusal reports whether the ErrorResponse body is PgBouncer's
 // refusal of a transaction behind statement pooling (and not, say, a
 // server error that quotes the same words).
+// isQueueTimeout reports whether body, an ErrorResponse, is PgBouncer's
+// query_wait_timeout: no server connection came free in time.
+func isQueueTimeout(body []byte) bool {
+	if !bytes.Contains(body, []byte("query_wait_timeout")) {
+		return false
+	}
+	var e pgproto3.ErrorResponse
+	return e.Decode(body) == nil && e.Code == "08P01" && e.Message == "query_wait_timeout"
+}
+
 func isPoolerRefusal(body []byte) bool {
 	var e pgproto3.ErrorResponse
 	if e.Decode(body) != nil {
