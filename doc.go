@@ -97,7 +97,7 @@
 // pg_advisory_unlock[_shared] there, and the last one ends the holder with
 // pg_advisory_unlock_all() and ROLLBACK. The lock is taken before the
 // client's statement is answered: by the guard itself, with the messages
-// PostgreSQL would send, when the connection is idle and the call's key and
+// PostgreSQL would send, when nothing is unanswered and the call's key and
 // parameter types are known; otherwise by the server, to which a stand-in
 // of the same shape goes that returns the answer (bad keys fail there as on
 // PostgreSQL: 22003, 42883; a NULL key gives NULL; nothing is held). So a
@@ -188,8 +188,8 @@
 // languages' drivers). SCRAM channel binding cannot be required through it
 // (pgconn reads the binding data only from a *tls.Conn). A lock taken inside
 // a function already defined in the database cannot be seen by a SQL
-// scanner. Under policy hold: if the server fails a stand-in (in a
-// transaction) after the hold acted (a statement_timeout of about a
+// scanner. Under policy hold: if the server fails a stand-in (a
+// transaction's first statement) after the hold acted (a statement_timeout of about a
 // millisecond) nothing undoes the hold; ALTER ROLE/DATABASE
 // defaults reach only server connections the pooler opened after the ALTER.
 package pgadvisory

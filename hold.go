@@ -49,12 +49,13 @@ import (
 // waiters. The price is that waiters are not queued by the server (no FIFO).
 //
 // The client's own statement is answered by the guard when it can give
-// PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit on
-// an idle connection (no transaction, no deferred BEGIN, nothing
-// unanswered), a key the hold reads as the server does, every parameter's
-// type known (the Parse's, a cast's, or the function's), and an answer
-// without a NOTICE. Then a lock + unlock costs the holder's two round trips,
-// as a session's. Otherwise — in a transaction, a bad or NULL key, an
+// PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit,
+// nothing unanswered, outside a transaction or in one that has reached the
+// server and is not aborted (not a BEGIN still deferred), a key the hold
+// reads as the server does, every parameter's type known (the Parse's, a
+// cast's, or the function's), and an answer without a NOTICE. Then a lock +
+// unlock costs the holder's two round trips, as a session's. Otherwise — as
+// a transaction's first statement, in an aborted one, a bad or NULL key, an
 // unlock of a key not held, a Parse only described — the statement goes to
 // the server as a stand-in of the same shape (same parameters and parameter
 // types, same result column name and type) that computes the answer the

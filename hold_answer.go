@@ -12,8 +12,10 @@ import (
 
 // Answering a held call's unit here (PolicyHold).
 //
-// When a held lock call is alone in its unit, the client's connection is
-// idle (outside a transaction, no deferred BEGIN, nothing unanswered), the
+// When a held lock call is alone in its unit, nothing is unanswered on the
+// client's connection and its transaction status is known (idle, or in a
+// transaction that has reached the server and is not aborted; not a
+// deferred BEGIN), the
 // key is one the hold reads as the server does and every parameter's type
 // is known exactly, the stand-in need not reach the server: the guard
 // answers the unit with the messages PostgreSQL sends for the call —
@@ -47,17 +49,18 @@ type holdLocal struct {
 	describe byte     // the unit's Describe ('S' or 'P'), or 0
 	format   int16    // the result column's format code (the Bind's)
 	unitLen  int      // bytes of the unit after the Parse: Bind … Sync
+	status   byte     // the transaction status the ReadyForQuery reports: 'I' or 'T'
 }
 
 // holdLocalShape returns how to answer p's unit here, or nil to send the
 // stand-in: see the comment above. args are the call's arguments as
 // holdArgs read them, bind the Bind written after a Parse. c.mu held.
 func (c *guardConn) holdLocalShape(p *holdPlan, args []holdArg, column string, paramTypes []byte, bind *bindMsg) *holdLocal {
-	if c.txStatus != 'I' || c.predicted != 'I' || c.pendingBegin != "" || c.localAbort || c.begin.active ||
+	if c.txStatus != 'I' && c.txStatus != 'T' || c.predicted != c.txStatus || c.pendingBegin != "" || c.localAbort || c.begin.active && c.ownSyncDue() == 0 ||
 		column == "" || len(column) > maxLocalColumn || len(args) != len(p.call.Args) {
 		return nil
 	}
-	l := &holdLocal{t: p.t, column: column, void: p.op == lockscan.OpLock || p.op == lockscan.OpUnlockAll}
+	l := &holdLocal{t: p.t, column: column, void: p.op == lockscan.OpLock || p.op == lockscan.OpUnlockAll, status: c.txStatus}
 	fn := uint32(oidInt8) // the function's argument type
 	if len(args) == 2 {
 		fn = oidInt4
@@ -258,7 +261,7 @@ func (l *holdLocal) reply(answer bool) []byte {
 	}
 	b, _ = (&pgproto3.DataRow{Values: [][]byte{value}}).Encode(b)
 	b, _ = (&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}).Encode(b)
-	return append(b, encodeReady('I')...)
+	return append(b, encodeReady(l.status)...)
 }
 
 // answerHeld answers p's unit here, in place of its stand-in in out, when

@@ -259,10 +259,23 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 	heldNet, refNet := held.PgConn().Conn(), ref.PgConn().Conn()
 	key := int64(93000)
 	cases, compared := 0, 0
+	// inTx runs a sequence inside a transaction that has reached the
+	// server (BEGIN, then a statement that carries it): the answers end
+	// with status T. A deferred BEGIN alone keeps the stand-in.
+	tx := func(inTx bool, sql string) {
+		if !inTx {
+			return
+		}
+		for _, conn := range []net.Conn{heldNet, refNet} {
+			q, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+			roundTrip(t, conn, q)
+		}
+	}
 	for i, f := range oracleForms {
 		alias := oracleAliases[i%len(oracleAliases)]
-		for _, u := range oracleUnits(f) {
+		for ui, u := range oracleUnits(f) {
 			for _, shared := range []bool{false, true} {
+				inTx := (i+ui)%2 == 1
 				cases++
 				key += 2
 				kHeld, kRef, kB := key, key+1, int64(7)
@@ -272,7 +285,9 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 					}
 					return strconv.FormatInt(k, 10)
 				}
-				name := fmt.Sprintf("%s%s/%s/shared=%v", f.name, alias, u, shared)
+				name := fmt.Sprintf("%s%s/%s/shared=%v/tx=%v", f.name, alias, u, shared, inTx)
+				tx(inTx, "BEGIN")
+				tx(inTx, "SELECT 1")
 				for si, st := range oracleSteps(shared) {
 					if st.taken {
 						if _, err := other.Exec(ctx, "SELECT pg_advisory_lock("+keyArgs(kHeld)+"), pg_advisory_lock("+keyArgs(kRef)+")"); err != nil {
@@ -308,6 +323,7 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 						}
 					}
 				}
+				tx(inTx, "COMMIT")
 			}
 		}
 	}

@@ -184,6 +184,17 @@ type beginFlight struct {
 	dropRFQ       bool // the next ReadyForQuery is the appended Sync's
 }
 
+// ownSyncDue is 1 while the only ReadyForQuery still to come is that of
+// the Sync the guard wrote after a deferred BEGIN's simple Query: the
+// client has its Query's and waits for nothing. Else 0. Counts of what the
+// client left unanswered subtract it. c.mu held.
+func (c *guardConn) ownSyncDue() uint64 {
+	if b := &c.begin; b.active && b.dropRFQ && b.syncSeenQuery {
+		return 1
+	}
+	return 0
+}
+
 // localReply is a reply the guard answers itself. It goes to the reader once
 // the server has answered everything written before it (after ReadyForQuery
 // number after).
@@ -425,14 +436,14 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 	switch t {
 	case 'Q':
 		c.sent++
-		c.holdAlone = c.sent == c.recv+1
+		c.holdAlone = c.sent == c.recv+1+c.ownSyncDue()
 		text, ok := cstring(msg[5:])
 		if !ok {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
 		}
 		return c.statement(t, "", text, nil, nil), nil
 	case 'P':
-		c.holdAlone = !c.unit.open && c.sent == c.recv && aloneInUnit(after)
+		c.holdAlone = !c.unit.open && c.sent == c.recv+c.ownSyncDue() && aloneInUnit(after)
 		c.unit.open = true
 		body := msg[5:]
 		name, ok := cstring(body)
@@ -591,7 +602,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 			case p == nil:
 				return describe
 			case c.hold != nil || !c.holdAlone:
-				return c.refuse(t, &HoldUnitError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Pending: c.hold != nil || c.sent > c.recv+1 || t == 'P' && c.sent > c.recv})
+				return c.refuse(t, &HoldUnitError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Pending: c.hold != nil || c.sent > c.recv+1+c.ownSyncDue() || t == 'P' && c.sent > c.recv+c.ownSyncDue()})
 			}
 			if err := c.xactConflict(p); err != nil {
 				return c.refuse(t, err)
