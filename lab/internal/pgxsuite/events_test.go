@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -147,27 +149,39 @@ func TestReport(t *testing.T) {
 	guarded := result(map[string]Outcome{"TestA": Pass, "TestB": Fail, "TestB/x": Fail})
 	guarded.Tests["TestB"].Output = "=== RUN   TestB\n"
 	guarded.Tests["TestB/x"].Output = "    Error:  \tnot equal\n"
+	// pgconn: one test of the allow-list fails guarded, another test too.
+	pgconnPlain := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Pass, "TestC": Pass})
+	pgconnGuarded := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Fail, "TestC": Fail})
+	pgconnGuarded.Tests["TestConnectWithAfterNetConnect"].Output = "    Error:  \tNot equal\n"
+	stdlibS, poolS, pgconnS := suites[0], suites[1], suites[3]
 	targets := []target{{name: "postgres"}}
 	results := map[string]map[string]Run{"postgres": {
-		"plain":   {pkgPath("stdlib"): plain, pkgPath("pgxpool"): plain},
-		"guarded": {pkgPath("stdlib"): guarded},
+		"plain":   {stdlibS.pkgPath(): plain, poolS.pkgPath(): plain, pgconnS.pkgPath(): pgconnPlain},
+		"guarded": {stdlibS.pkgPath(): guarded, pgconnS.pkgPath(): pgconnGuarded},
 	}}
 	var b strings.Builder
-	n := report(&b, "v5.0.0", targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, false)
+	n := report(&b, "v5.0.0", []suite{stdlibS, poolS, pgconnS}, targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, flags{})
 	out := b.String()
-	if n != 1 {
-		t.Errorf("report counted %d regressions, want 1", n)
+	if n != 2 {
+		t.Errorf("report counted %d regressions, want 2 (TestB, pgconn's TestC):\n%s", n, out)
 	}
 	for _, want := range []string{
-		"stdlib   postgres  2/0/0 [3/0/0]  1/1/0 [1/2/0]  1",
-		"pgxpool  postgres  2/0/0 [3/0/0]  not run        -",
+		"stdlib   postgres  declared    2/0/0 [3/0/0]  1/1/0 [1/2/0]  1            0",
+		"pgxpool  postgres  declared    2/0/0 [3/0/0]  not run        -            -",
+		"pgconn   postgres  undeclared  2/0/0 [2/0/0]  0/2/0 [0/2/0]  1            1",
 		"pgxpool guarded: not run: pgadvisory.ConfigurePool is missing",
 		"regressions: stdlib via postgres",
 		"TestB", "x: not equal (+1 subtests)",
+		"regressions: pgconn via postgres",
+		"pgconn TestConnectWithAfterNetConnect — asserts",
+		"postgres fail: Not equal",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "  TestConnectWithAfterNetConnect  ") || strings.Contains(out, "pgx TestConnect —") {
+		t.Errorf("an allowed difference is listed as a regression, or a suite that did not run has allow-list entries:\n%s", out)
 	}
 }
 
@@ -213,5 +227,24 @@ func TestTimedOut(t *testing.T) {
 	}
 	if TimedOut(result(map[string]Outcome{"TestA": Fail})) != nil {
 		t.Error("no timeout reported one")
+	}
+}
+
+// TestStableName: the random part of a t.TempDir path in a subtest's name
+// is the same in two runs, and nothing else in a name changes.
+func TestStableName(t *testing.T) {
+	tmp := filepath.ToSlash(os.TempDir())
+	a := stableName("TestParseConfigSSLCertMode/servicefile='" + tmp + "/TestParseConfigSSLCertMode2235296238/001/pg_service.conf'_service=test")
+	b := stableName("TestParseConfigSSLCertMode/servicefile='" + tmp + "/TestParseConfigSSLCertMode99/001/pg_service.conf'_service=test")
+	if a != b {
+		t.Errorf("two runs' names differ: %q, %q", a, b)
+	}
+	if !strings.HasSuffix(a, "/001/pg_service.conf'_service=test") || !strings.HasPrefix(a, "TestParseConfigSSLCertMode/servicefile='"+tmp+"/TestParseConfigSSLCertMode") {
+		t.Errorf("stableName changed more than the random digits: %q", a)
+	}
+	for _, name := range []string{"TestX", "TestX/sub_2024/001", "TestQuery/cache_statement"} {
+		if got := stableName(name); got != name {
+			t.Errorf("stableName(%q) = %q", name, got)
+		}
 	}
 }
