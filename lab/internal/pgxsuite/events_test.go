@@ -153,7 +153,11 @@ func TestReport(t *testing.T) {
 	pgconnPlain := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Pass, "TestC": Pass})
 	pgconnGuarded := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Fail, "TestC": Fail})
 	pgconnGuarded.Tests["TestConnectWithAfterNetConnect"].Output = "    Error:  \tNot equal\n"
-	stdlibS, poolS, pgconnS := suites[0], suites[1], suites[3]
+	ss, err := selectSuites("stdlib,pgxpool,pgconn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdlibS, poolS, pgconnS := ss[0], ss[1], ss[2]
 	targets := []target{{name: "postgres"}}
 	results := map[string]map[string]Run{"postgres": {
 		"plain":   {stdlibS.pkgPath(): plain, poolS.pkgPath(): plain, pgconnS.pkgPath(): pgconnPlain},
@@ -246,5 +250,42 @@ func TestStableName(t *testing.T) {
 		if got := stableName(name); got != name {
 			t.Errorf("stableName(%q) = %q", name, got)
 		}
+	}
+}
+
+// TestIsolatedNames: a suite's isolated tests, filtered by -run; none for a
+// suite without any.
+func TestIsolatedNames(t *testing.T) {
+	ss, err := selectSuites("pgconn,stdlib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgconn, stdlib := ss[0], ss[1]
+	if got := isolatedNames(pgconn, ""); len(got) != 1 || got[0] != "TestCancelRequestContextWatcherHandler" {
+		t.Errorf("pgconn: %v", got)
+	}
+	if got := isolatedNames(pgconn, "^TestConnect$"); len(got) != 0 {
+		t.Errorf("-run ^TestConnect$: %v", got)
+	}
+	if got := isolatedNames(pgconn, "Cancel"); len(got) != 1 {
+		t.Errorf("-run Cancel: %v", got)
+	}
+	if got := isolatedNames(stdlib, ""); len(got) != 0 {
+		t.Errorf("stdlib: %v", got)
+	}
+}
+
+// TestSelectSuites: -suites names suites in its order; an unknown name is
+// an error that lists the suites.
+func TestSelectSuites(t *testing.T) {
+	ss, err := selectSuites("pgconn, pgx")
+	if err != nil || len(ss) != 2 || ss[0].pkgPath() != "github.com/jackc/pgx/v5/pgconn" || ss[1].pkgPath() != "github.com/jackc/pgx/v5" {
+		t.Errorf("selectSuites = %+v, %v", ss, err)
+	}
+	if _, err := selectSuites("pgx,nosuch"); err == nil || !strings.Contains(err.Error(), "stdlib, pgxpool, pgx, pgconn") {
+		t.Errorf("unknown suite: %v", err)
+	}
+	if all, _ := selectSuites(""); len(all) != len(suites) {
+		t.Errorf("default: %d suites", len(all))
 	}
 }
