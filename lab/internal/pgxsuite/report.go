@@ -173,7 +173,7 @@ func printAllowList(w io.Writer, suites []suite, seen []section) {
 		for _, sec := range seen {
 			for _, g := range groupRegressions(sec.regs) {
 				if top, _, _ := strings.Cut(g.Test, "/"); sec.suite == e.suite && top == e.test {
-					where = append(where, fmt.Sprintf("%s %s: %s", sec.target, g.Guarded, Reason(g.Output)))
+					where = append(where, fmt.Sprintf("%s %s: %s", sec.target, g.Guarded, g.reason()))
 				}
 			}
 		}
@@ -216,17 +216,23 @@ func groupRegressions(regs []Regression) []regressionGroup {
 	return groups
 }
 
-func printRegressions(w io.Writer, regs []Regression, verbose bool) {
-	for _, g := range groupRegressions(regs) {
-		reason := Reason(g.Output)
-		if reason == "" && len(g.subs) > 0 {
-			for _, s := range g.subs {
-				if reason = Reason(s.Output); reason != "" {
-					reason = s.Test[len(g.Test)+1:] + ": " + reason
-					break
-				}
+// reason is why the test regressed: its own output's Reason, or else the
+// first regressed subtest's, named.
+func (g regressionGroup) reason() string {
+	reason := Reason(g.Output)
+	if reason == "" {
+		for _, s := range g.subs {
+			if reason = Reason(s.Output); reason != "" {
+				return s.Test[len(g.Test)+1:] + ": " + reason
 			}
 		}
+	}
+	return reason
+}
+
+func printRegressions(w io.Writer, regs []Regression, verbose bool) {
+	for _, g := range groupRegressions(regs) {
+		reason := g.reason()
 		line := fmt.Sprintf("  %-48s %-10s %s", g.Test, g.Guarded, reason)
 		if len(g.subs) > 0 {
 			line += fmt.Sprintf(" (+%d subtests)", len(g.subs))
