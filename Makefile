@@ -64,7 +64,7 @@ faults: ## run the fault-injection tests and print their results as the README's
 	@$(GO) run ./lab/internal/settle/faulttable out/faults.jsonl
 
 PGXSUITE_FLAGS ?= -out out/pgx-suites
-pgx-suites: ## pgx's own stdlib and pgxpool tests, plain and through pgadvisory (direct and PgBouncer session); fails on a regression
+pgx-suites: ## pgx's own stdlib, pgxpool, root-package and pgconn tests, plain and through pgadvisory (direct and PgBouncer session); fails on a regression
 	$(GO) run ./lab/internal/pgxsuite $(PGXSUITE_FLAGS)
 
 toolcheck: ## golang-migrate, goose and tern from three processes through PgBouncer under policy hold (module toolcheck/, also run by make test)

@@ -21,6 +21,7 @@ type API struct {
 	ConfigureConn      bool // func ConfigureConn(*pgx.ConnConfig, ...Option) error
 	ConfigurePool      bool // func ConfigurePool(*pgxpool.Config, ...Option) error
 	RegisterConnConfig bool // func RegisterConnConfig(*pgx.ConnConfig) string (and UnregisterConnConfig)
+	ConfigurePgconn    bool // func ConfigurePgconn(*pgconn.Config, ...Option) error
 }
 
 // Import paths whose connection-opening functions the adaptation rewrites.
@@ -29,6 +30,7 @@ const (
 	pathPgx    = "github.com/jackc/pgx/v5"
 	pathStdlib = "github.com/jackc/pgx/v5/stdlib"
 	pathPool   = "github.com/jackc/pgx/v5/pgxpool"
+	pathPgconn = "github.com/jackc/pgx/v5/pgconn"
 )
 
 // Names of the wrappers in the helper file (HelperFile) that the rewritten
@@ -44,6 +46,9 @@ const (
 	helperPoolNewConfig = "pgadvisorySuitePoolNewWithConfig"
 	helperRegister      = "pgadvisorySuiteRegisterConnConfig"
 	helperUnregister    = "pgadvisorySuiteUnregisterConnConfig"
+	helperPgconnConnect = "pgadvisorySuitePgconnConnect"
+	helperPgconnConfig  = "pgadvisorySuitePgconnConnectConfig"
+	helperPgconnOptions = "pgadvisorySuitePgconnConnectWithOptions"
 )
 
 // funcRule replaces a reference to pkg.Name (a call or a function value) by
@@ -65,6 +70,9 @@ var funcRules = []funcRule{
 	// the guard, so the suite registers with pgadvisory's twin.
 	{pathStdlib, "RegisterConnConfig", helperRegister, func(a API) bool { return a.RegisterConnConfig }},
 	{pathStdlib, "UnregisterConnConfig", helperUnregister, func(a API) bool { return a.RegisterConnConfig }},
+	{pathPgconn, "Connect", helperPgconnConnect, func(a API) bool { return a.ConfigurePgconn }},
+	{pathPgconn, "ConnectConfig", helperPgconnConfig, func(a API) bool { return a.ConfigurePgconn }},
+	{pathPgconn, "ConnectWithOptions", helperPgconnOptions, func(a API) bool { return a.ConfigurePgconn }},
 }
 
 // Adaptation reports what AdaptSource changed in one file.
@@ -102,6 +110,8 @@ type edit struct {
 //     wrappers that install the guard with pgadvisory.ConfigureConn first;
 //   - pgxpool.New, pgxpool.NewWithConfig → wrappers that install it with
 //     pgadvisory.ConfigurePool;
+//   - pgconn.Connect, pgconn.ConnectConfig, pgconn.ConnectWithOptions →
+//     wrappers that install it with pgadvisory.ConfigurePgconn;
 //   - stdlib.RegisterConnConfig, stdlib.UnregisterConnConfig → pgadvisory's;
 //   - a type assertion to *stdlib.Conn (of a driver connection from
 //     (*sql.Conn).Raw) → to interface{ Conn() *pgx.Conn }, the method of
@@ -219,10 +229,15 @@ func AdaptSource(filename string, src []byte, api API) ([]byte, Adaptation, erro
 }
 
 func neededAPI(r funcRule) string {
-	if r.needs(API{ConfigureConn: true}) {
+	switch {
+	case r.needs(API{ConfigureConn: true}):
 		return "ConfigureConn"
+	case r.needs(API{ConfigurePool: true}):
+		return "ConfigurePool"
+	case r.needs(API{ConfigurePgconn: true}):
+		return "ConfigurePgconn"
 	}
-	return "ConfigurePool"
+	return "RegisterConnConfig"
 }
 
 // importNames maps the import paths AdaptSource knows to their local names
@@ -244,6 +259,8 @@ func importNames(f *ast.File) map[string]string {
 			def = "stdlib"
 		case pathPool:
 			def = "pgxpool"
+		case pathPgconn:
+			def = "pgconn"
 		default:
 			continue
 		}
@@ -352,8 +369,11 @@ func HelperFile(pkg string, api API) []byte {
 	b.WriteString("// It opens pgx's test suites through pgadvisory.\n\n")
 	fmt.Fprintf(&b, "package %s\n\n", pkg)
 	imports := []string{`"net/url"`, `"os"`, `"strings"`, `"github.com/pgadvisory/pgadvisory"`}
-	if api.ConfigureConn || api.ConfigurePool {
+	if api.ConfigureConn || api.ConfigurePool || api.ConfigurePgconn {
 		imports = append(imports, `"context"`, `"fmt"`, `"reflect"`, `"github.com/pgadvisory/pgadvisory/poolmode"`)
+	}
+	if api.ConfigurePgconn {
+		imports = append(imports, `"sync"`, `"github.com/jackc/pgx/v5/pgconn"`)
 	}
 	if api.ConfigureConn {
 		imports = append(imports, `"database/sql"`, `"database/sql/driver"`, `"github.com/jackc/pgx/v5"`, `"github.com/jackc/pgx/v5/stdlib"`)
@@ -370,7 +390,7 @@ func HelperFile(pkg string, api API) []byte {
 	}
 	b.WriteString(")\n")
 	b.WriteString(helperCommon)
-	if api.ConfigureConn || api.ConfigurePool {
+	if api.ConfigureConn || api.ConfigurePool || api.ConfigurePgconn {
 		b.WriteString(helperOptions)
 	}
 	if api.ConfigureConn {
@@ -381,6 +401,9 @@ func HelperFile(pkg string, api API) []byte {
 	}
 	if api.RegisterConnConfig {
 		b.WriteString(helperRegistry)
+	}
+	if api.ConfigurePgconn {
+		b.WriteString(helperPgconn)
 	}
 	out, err := format.Source([]byte(b.String()))
 	if err != nil {
@@ -456,9 +479,9 @@ func pgadvisorySuiteOptions() []pgadvisory.Option {
 	return append(opts, pgadvisory.WithPoolMode(m))
 }
 
-// pgadvisorySuiteParsed reports whether pgx accepts config (*pgx.ConnConfig
-// or *pgxpool.Config): it must come from ParseConfig, or pgx panics when it
-// is used. The wrappers hand a config pgx refuses to pgx unguarded, so that
+// pgadvisorySuiteParsed reports whether pgx accepts config (*pgx.ConnConfig,
+// *pgxpool.Config or *pgconn.Config): it must come from ParseConfig, or pgx
+// panics when it is used. The wrappers hand a config pgx refuses to pgx unguarded, so that
 // a test of pgx's own refusal sees pgx's panic rather than pgadvisory's
 // error. No connection is made: pgx panics first.
 func pgadvisorySuiteParsed(config any) bool {
@@ -522,15 +545,69 @@ func ` + helperConnect + `(ctx context.Context, connString string) (*pgx.Conn, e
 	return ` + helperConnectConfig + `(ctx, config)
 }
 
-// ` + helperConnectConfig + ` is pgx.ConnectConfig after guarding config.
+// ` + helperConnectConfig + ` is pgx.ConnectConfig over a guarded copy of
+// config: pgx connects with a copy too, so the caller's config stays as it
+// was and can be connected again.
 func ` + helperConnectConfig + `(ctx context.Context, config *pgx.ConnConfig) (*pgx.Conn, error) {
 	if !pgadvisorySuiteParsed(config) {
 		return pgx.ConnectConfig(ctx, config)
 	}
+	config = config.Copy()
 	if err := pgadvisorySuiteGuardConn(config); err != nil {
 		return nil, err
 	}
 	return pgx.ConnectConfig(ctx, config)
+}
+`
+
+const helperPgconn = `
+// pgadvisorySuitePgconnGuards holds, per *pgconn.Config, the one
+// pgadvisory.ConfigurePgconn of it: pgconn, unlike pgx, connects with the
+// caller's config itself (the connection keeps it), so the config is guarded
+// in place, once, however many connections are opened with it and from
+// however many goroutines.
+var pgadvisorySuitePgconnGuards sync.Map // *pgconn.Config → *pgadvisorySuitePgconnGuard
+
+type pgadvisorySuitePgconnGuard struct {
+	once sync.Once
+	err  error
+}
+
+// ` + helperPgconnConfig + ` is pgconn.ConnectConfig after guarding config.
+func ` + helperPgconnConfig + `(ctx context.Context, config *pgconn.Config) (*pgconn.PgConn, error) {
+	if !pgadvisorySuiteParsed(config) {
+		return pgconn.ConnectConfig(ctx, config)
+	}
+	v, _ := pgadvisorySuitePgconnGuards.LoadOrStore(config, new(pgadvisorySuitePgconnGuard))
+	g := v.(*pgadvisorySuitePgconnGuard)
+	g.once.Do(func() {
+		if err := pgadvisory.ConfigurePgconn(config, pgadvisorySuiteOptions()...); err != nil {
+			g.err = fmt.Errorf("pgadvisory.ConfigurePgconn: %w", err)
+		}
+	})
+	if g.err != nil {
+		return nil, g.err
+	}
+	return pgconn.ConnectConfig(ctx, config)
+}
+
+// ` + helperPgconnConnect + ` is pgconn.Connect over a guarded config.
+func ` + helperPgconnConnect + `(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+	config, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return ` + helperPgconnConfig + `(ctx, config)
+}
+
+// ` + helperPgconnOptions + ` is pgconn.ConnectWithOptions over a guarded
+// config.
+func ` + helperPgconnOptions + `(ctx context.Context, connString string, options pgconn.ParseConfigOptions) (*pgconn.PgConn, error) {
+	config, err := pgconn.ParseConfigWithOptions(connString, options)
+	if err != nil {
+		return nil, err
+	}
+	return ` + helperPgconnConfig + `(ctx, config)
 }
 `
 
@@ -556,8 +633,13 @@ func ` + helperPoolNewConfig + `(ctx context.Context, config *pgxpool.Config) (*
 }
 `
 
-// HelperFileName is the name of the file HelperFile's text is written to.
-const HelperFileName = "pgadvisory_suite_test.go"
+// HelperFileName is the name of the file HelperFile's text is written to in
+// a test package; SupportHelperFileName in a support package (pgxtest),
+// whose own files use the wrappers.
+const (
+	HelperFileName        = "pgadvisory_suite_test.go"
+	SupportHelperFileName = "pgadvisory_suite.go"
+)
 
 // DetectAPI reports which pgx-native entry points the pgadvisory package in
 // dir declares, from its non-test sources (no build).
@@ -589,6 +671,8 @@ func DetectAPI(dir string) (API, error) {
 				api.ConfigurePool = true
 			case "RegisterConnConfig":
 				api.RegisterConnConfig = true
+			case "ConfigurePgconn":
+				api.ConfigurePgconn = true
 			}
 		}
 	}

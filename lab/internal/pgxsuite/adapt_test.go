@@ -1,6 +1,7 @@
 package main
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -218,7 +219,8 @@ func TestAdaptNothingToDo(t *testing.T) {
 }
 
 func TestHelperFileParses(t *testing.T) {
-	for _, api := range []API{{}, {ConfigureConn: true}, {ConfigurePool: true}, both, {RegisterConnConfig: true}, {ConfigureConn: true, ConfigurePool: true, RegisterConnConfig: true}} {
+	for _, api := range []API{{}, {ConfigureConn: true}, {ConfigurePool: true}, both, {RegisterConnConfig: true}, {ConfigurePgconn: true},
+		{ConfigureConn: true, ConfigurePool: true, RegisterConnConfig: true, ConfigurePgconn: true}} {
 		src := HelperFile("stdlib_test", api)
 		f, err := parser.ParseFile(token.NewFileSet(), HelperFileName, src, 0)
 		if err != nil {
@@ -234,6 +236,9 @@ func TestHelperFileParses(t *testing.T) {
 		if has(`"github.com/jackc/pgx/v5/pgxpool"`) != api.ConfigurePool {
 			t.Errorf("%+v: pgxpool import", api)
 		}
+		if has("pgadvisory.ConfigurePgconn") != api.ConfigurePgconn || has(`"github.com/jackc/pgx/v5/pgconn"`) != api.ConfigurePgconn {
+			t.Errorf("%+v: pgconn wrappers or import", api)
+		}
 	}
 }
 
@@ -244,14 +249,14 @@ func TestDetectAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("a.go", "package p\n\nfunc ConfigureConn() error { return nil }\n")
+	write("a.go", "package p\n\nfunc ConfigureConn() error { return nil }\n\nfunc ConfigurePgconn() error { return nil }\n")
 	write("b.go", "package p\n\ntype T struct{}\n\nfunc (T) ConfigurePool() {}\n")
 	write("c_test.go", "package p\n\nfunc ConfigurePool() {}\n")
 	api, err := DetectAPI(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if api != (API{ConfigureConn: true}) {
+	if api != (API{ConfigureConn: true, ConfigurePgconn: true}) {
 		t.Errorf("DetectAPI = %+v: a method or a test file counted", api)
 	}
 }
@@ -292,35 +297,79 @@ func TestAdaptPgxSuites(t *testing.T) {
 	if err != nil || dir == "" {
 		t.Skipf("pgx v5 is not in the module cache: %v", err)
 	}
-	for _, suite := range suites {
-		files, _ := filepath.Glob(filepath.Join(dir, suite, "*_test.go"))
-		if len(files) == 0 {
-			t.Skipf("no test files in %s/%s", dir, suite)
-		}
+	all := API{ConfigureConn: true, ConfigurePool: true, ConfigurePgconn: true, RegisterConnConfig: true}
+	// check adapts the external test package's files of a suite, or the
+	// non-test files of a support package.
+	check := func(name, pkgDir string, support bool) {
+		files, _ := filepath.Glob(filepath.Join(dir, pkgDir, "*.go"))
 		total := 0
 		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") == support {
+				continue
+			}
 			src, err := os.ReadFile(file)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, ad, err := AdaptSource(filepath.Base(file), src, both)
+			got, ad, err := AdaptSource(filepath.Base(file), src, all)
 			if err != nil {
 				t.Fatalf("%s: %v", file, err)
 			}
-			if !strings.HasSuffix(ad.Package, "_test") {
+			if !support && !strings.HasSuffix(ad.Package, "_test") {
 				continue
 			}
 			total += ad.Total()
-			for _, plain := range []string{"stdlib.OpenDB(", "stdlib.GetConnector(", "pgxpool.New(", "pgxpool.NewWithConfig(", "pgx.Connect(", "pgx.ConnectConfig(", `sql.Open("pgx"`} {
-				if strings.Contains(string(got), plain) {
-					t.Errorf("%s/%s still calls %s", suite, filepath.Base(file), plain)
-				}
+			for _, plain := range plainConnects(t, got) {
+				t.Errorf("%s/%s still calls %s", name, filepath.Base(file), plain)
 			}
 		}
 		if total == 0 {
-			t.Errorf("%s: nothing rewritten", suite)
+			t.Errorf("%s (%s): nothing rewritten", name, filepath.Join(dir, pkgDir))
 		}
 	}
+	for _, s := range suites {
+		check(s.name, s.dir, false)
+	}
+	for _, pkg := range supportPackages {
+		check(pkg, pkg, true)
+	}
+}
+
+// plainConnects returns the references in src to the functions funcRules
+// and sql.Open rewrite (comments are not references): what an adapted file
+// may not keep, sql.Open of another driver apart.
+func plainConnects(t *testing.T, src []byte) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
+	if err != nil {
+		t.Fatalf("adapted source does not parse: %v", err)
+	}
+	local := importNames(f)
+	var found []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Open" && len(call.Args) == 2 {
+				if lit, ok := call.Args[0].(*ast.BasicLit); ok && (lit.Value == `"pgx"` || lit.Value == `"pgx/v5"`) {
+					found = append(found, "sql.Open("+lit.Value+")")
+				}
+			}
+		}
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		id, ok := sel.X.(*ast.Ident)
+		if !ok || id.Obj != nil {
+			return true
+		}
+		for _, r := range funcRules {
+			if local[r.path] == id.Name && r.name == sel.Sel.Name {
+				found = append(found, id.Name+"."+sel.Sel.Name)
+			}
+		}
+		return true
+	})
+	return found
 }
 
 // TestAdaptRegistryAndConnAssertion: stdlib's registry calls go to
@@ -358,5 +407,51 @@ func f(cfg *pgx.ConnConfig, c *sql.Conn) {
 	out, _ = adapt(t, src, API{ConfigureConn: true})
 	if !strings.Contains(out, "stdlib.RegisterConnConfig(cfg)") {
 		t.Errorf("registry rewritten without RegisterConnConfig:\n%s", out)
+	}
+}
+
+// TestAdaptPgconn: pgconn's connecting functions go to the wrappers, as
+// calls and as values; ParseConfig and pgconn's other names stay, and
+// without ConfigurePgconn nothing is rewritten.
+func TestAdaptPgconn(t *testing.T) {
+	src := `package pgconn_test
+
+import (
+	"context"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var connect = pgconn.Connect
+
+func f(ctx context.Context) {
+	c1, _ := pgconn.Connect(ctx, os.Getenv("PGX_TEST_DATABASE"))
+	cfg, _ := pgconn.ParseConfig("")
+	c2, _ := pgconn.ConnectConfig(ctx, cfg)
+	c3, _ := pgconn.ConnectWithOptions(ctx, "", pgconn.ParseConfigOptions{})
+	var _ *pgconn.PgConn = c1
+	_, _, _ = c2, c3, connect
+}
+`
+	out, ad := adapt(t, src, API{ConfigurePgconn: true})
+	for _, want := range []string{
+		"var connect = " + helperPgconnConnect,
+		helperPgconnConnect + `(ctx, os.Getenv("PGX_TEST_DATABASE"))`,
+		`pgconn.ParseConfig("")`,
+		helperPgconnConfig + "(ctx, cfg)",
+		helperPgconnOptions + `(ctx, "", pgconn.ParseConfigOptions{})`,
+		"*pgconn.PgConn",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("adapted source lacks %q:\n%s", want, out)
+		}
+	}
+	if ad.Rewritten["pgconn.Connect"] != 2 || ad.Rewritten["pgconn.ConnectConfig"] != 1 || ad.Rewritten["pgconn.ConnectWithOptions"] != 1 {
+		t.Errorf("Rewritten = %v", ad.Rewritten)
+	}
+	out, ad = adapt(t, src, API{ConfigureConn: true})
+	if out != src || ad.Skipped["pgconn.Connect (needs ConfigurePgconn)"] != 2 {
+		t.Errorf("without ConfigurePgconn: Skipped %v, changed: %v", ad.Skipped, out != src)
 	}
 }

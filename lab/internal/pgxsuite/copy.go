@@ -16,20 +16,83 @@ import (
 	"strings"
 )
 
-// The suites: packages of pgx's module whose tests run plain and guarded.
-var suites = []string{"stdlib", "pgxpool"}
+// suite is a package of pgx's module whose tests run plain and guarded.
+type suite struct {
+	name string // as printed and as given to -suites
+	dir  string // the package's directory in the module, "." for the root
+	// needs is the entry point the suite cannot be guarded without: the
+	// one that opens nearly every connection of its tests.
+	needs string
+	// undeclared: the guarded run leaves the pool mode to detection on
+	// every target, with or without -detect.
+	undeclared bool
+}
 
-// suiteNeeds says which API a suite cannot be guarded without: stdlib opens
-// nearly every database with stdlib.OpenDB, pgxpool every pool with
-// pgxpool.New or NewWithConfig.
-func suiteNeeds(suite string, api API) (ok bool, missing string) {
-	switch suite {
-	case "stdlib":
-		return api.ConfigureConn, "pgadvisory.ConfigureConn"
-	case "pgxpool":
-		return api.ConfigurePool, "pgadvisory.ConfigurePool"
+// The suites. stdlib opens nearly every database with stdlib.OpenDB, pgxpool
+// every pool with pgxpool.New or NewWithConfig, pgx's root package its
+// connections with pgx.Connect, pgx.ConnectConfig and pgxtest (which calls
+// pgx.ConnectConfig), pgconn with pgconn.Connect and ConnectConfig.
+var suites = []suite{
+	{name: "stdlib", dir: "stdlib", needs: "ConfigureConn"},
+	{name: "pgxpool", dir: "pgxpool", needs: "ConfigurePool"},
+	{name: "pgx", dir: ".", needs: "ConfigureConn", undeclared: true},
+	{name: "pgconn", dir: "pgconn", needs: "ConfigurePgconn", undeclared: true},
+}
+
+// supportPackages are the packages of pgx's module that only tests import
+// and that open connections themselves (pgxtest's ConnTestRunner calls
+// pgx.ConnectConfig): their own files are adapted like test files in the
+// guarded copy.
+var supportPackages = []string{"pgxtest"}
+
+// pkgPath is the suite's import path, as go test -json names it.
+func (s suite) pkgPath() string {
+	if s.dir == "." {
+		return pathPgx
 	}
-	return false, "?"
+	return pathPgx + "/" + s.dir
+}
+
+// available reports whether api has the entry point s needs.
+func (s suite) available(api API) bool {
+	switch s.needs {
+	case "ConfigureConn":
+		return api.ConfigureConn
+	case "ConfigurePool":
+		return api.ConfigurePool
+	case "ConfigurePgconn":
+		return api.ConfigurePgconn
+	}
+	return false
+}
+
+// selectSuites returns the suites named in the comma-separated list, all of
+// them for "".
+func selectSuites(list string) ([]suite, error) {
+	if list == "" {
+		return suites, nil
+	}
+	var out []suite
+	for _, name := range strings.Split(list, ",") {
+		found := false
+		for _, s := range suites {
+			if s.name == strings.TrimSpace(name) {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-suites: no suite %q (the suites: %s)", name, strings.Join(suiteNames(suites), ", "))
+		}
+	}
+	return out, nil
+}
+
+func suiteNames(ss []suite) []string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = s.name
+	}
+	return names
 }
 
 // goCmd runs the go command in dir with env, returning its combined output.
@@ -202,7 +265,9 @@ func untar(r io.Reader, dir string) error {
 type tree struct {
 	name string // "plain" or "guarded"
 	dir  string
-	// adapted lists, per suite, what the adaptation rewrote and skipped.
+	// adapted lists, per suite or support package (in order), what the
+	// adaptation rewrote and skipped.
+	order     []string
 	rewritten map[string]map[string]int
 	skipped   map[string]map[string]int
 	// untouched lists test files of the package itself (not _test) that
@@ -213,7 +278,7 @@ type tree struct {
 // prepareTree copies pgx's module to dir and points its go.mod at the
 // repository, plain or adapted. Both copies get the same go.mod, so that
 // both runs build with the same module graph.
-func prepareTree(ctx context.Context, name, pgxDir, dir, root, goVersion string, env []string, adapt bool, api API) (*tree, error) {
+func prepareTree(ctx context.Context, name, pgxDir, dir, root, goVersion string, env []string, adapt bool, api API, suites []suite) (*tree, error) {
 	t := &tree{name: name, dir: dir, rewritten: map[string]map[string]int{}, skipped: map[string]map[string]int{}}
 	if err := copyTree(pgxDir, dir); err != nil {
 		return nil, fmt.Errorf("copy %s: %w", pgxDir, err)
@@ -233,59 +298,81 @@ func prepareTree(ctx context.Context, name, pgxDir, dir, root, goVersion string,
 	if !adapt {
 		return t, nil
 	}
-	for _, suite := range suites {
-		pkgDir := filepath.Join(dir, suite)
-		files, err := filepath.Glob(filepath.Join(pkgDir, "*_test.go"))
-		if err != nil {
+	for _, s := range suites {
+		if err := t.adaptPackage(s.name, filepath.Join(dir, s.dir), api, false); err != nil {
 			return nil, err
 		}
-		sort.Strings(files)
-		t.rewritten[suite] = map[string]int{}
-		t.skipped[suite] = map[string]int{}
-		testPkg := ""
-		for _, file := range files {
-			src, err := os.ReadFile(file)
-			if err != nil {
-				return nil, err
-			}
-			out, ad, err := AdaptSource(filepath.Base(file), src, api)
-			if err != nil {
-				return nil, err
-			}
-			if !strings.HasSuffix(ad.Package, "_test") {
-				// The package's own test files: pgadvisory imports
-				// this package, so they cannot import pgadvisory.
-				if ad.Total() > 0 {
-					t.untouched = append(t.untouched, suite+"/"+filepath.Base(file))
-				}
-				continue
-			}
-			testPkg = ad.Package
-			for k, v := range ad.Rewritten {
-				t.rewritten[suite][k] += v
-			}
-			for k, v := range ad.Skipped {
-				t.skipped[suite][k] += v
-			}
-			if ad.Total() > 0 {
-				if err := os.WriteFile(file, out, 0o644); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if testPkg == "" {
-			return nil, fmt.Errorf("%s: no external test package (package %s_test) to add the helper to", suite, suite)
-		}
-		if err := os.WriteFile(filepath.Join(pkgDir, HelperFileName), HelperFile(testPkg, api), 0o644); err != nil {
+	}
+	for _, pkg := range supportPackages {
+		if err := t.adaptPackage(pkg, filepath.Join(dir, pkg), api, true); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
 }
 
+// adaptPackage adapts the Go files of the package in pkgDir and adds the
+// helper file: the external test package's files of a suite, or every
+// non-test file of a support package.
+func (t *tree) adaptPackage(name, pkgDir string, api API, support bool) error {
+	files, err := filepath.Glob(filepath.Join(pkgDir, "*.go"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	t.rewritten[name] = map[string]int{}
+	t.skipped[name] = map[string]int{}
+	helperPkg := ""
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") == support {
+			continue
+		}
+		src, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		out, ad, err := AdaptSource(filepath.Base(file), src, api)
+		if err != nil {
+			return err
+		}
+		if !support && !strings.HasSuffix(ad.Package, "_test") {
+			// The package's own test files: pgadvisory imports
+			// this package, so they cannot import pgadvisory.
+			if ad.Total() > 0 {
+				t.untouched = append(t.untouched, name+"/"+filepath.Base(file))
+			}
+			continue
+		}
+		helperPkg = ad.Package
+		for k, v := range ad.Rewritten {
+			t.rewritten[name][k] += v
+		}
+		for k, v := range ad.Skipped {
+			t.skipped[name][k] += v
+		}
+		if ad.Total() > 0 {
+			if err := os.WriteFile(file, out, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	helperName := HelperFileName
+	switch {
+	case support:
+		helperName = SupportHelperFileName
+		if helperPkg == "" {
+			return fmt.Errorf("%s: no Go files to adapt", name)
+		}
+	case helperPkg == "":
+		return fmt.Errorf("%s: no external test package (package %s_test) to add the helper to", name, filepath.Base(pkgDir))
+	}
+	t.order = append(t.order, name)
+	return os.WriteFile(filepath.Join(pkgDir, helperName), HelperFile(helperPkg, api), 0o644)
+}
+
 // summary prints what the adaptation did.
 func (t *tree) summary(w io.Writer) {
-	for _, suite := range suites {
+	for _, suite := range t.order {
 		var parts []string
 		keys := make([]string, 0, len(t.rewritten[suite]))
 		for k := range t.rewritten[suite] {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -108,6 +110,7 @@ func ParseEvents(r io.Reader) (Run, error) {
 			continue
 		}
 		p := pkg(e.Package)
+		e.Test = stableName(e.Test)
 		if e.Test == "" {
 			switch e.Action {
 			case "output":
@@ -143,6 +146,20 @@ func ParseEvents(r io.Reader) (Run, error) {
 		return run, fmt.Errorf("reading go test -json output: %w", err)
 	}
 	return run, nil
+}
+
+// tempDirName matches the directory t.TempDir makes: under the temporary
+// directory, the test's name and random digits, then a sequence number.
+var tempDirName = regexp.MustCompile(regexp.QuoteMeta(filepath.ToSlash(os.TempDir())) + `/([A-Za-z0-9_]*?)[0-9]+/([0-9]{3})`)
+
+// stableName replaces in a test's name the random part of a t.TempDir path
+// (a subtest named after a file in it, as pgconn's service-file tests are),
+// so that the same subtest has the same name in the plain and guarded runs.
+func stableName(test string) string {
+	if !strings.Contains(test, "/") {
+		return test
+	}
+	return tempDirName.ReplaceAllString(test, filepath.ToSlash(os.TempDir())+"/${1}N/${2}")
 }
 
 // ListedTests returns the test names in `go test -list` output.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -147,27 +149,43 @@ func TestReport(t *testing.T) {
 	guarded := result(map[string]Outcome{"TestA": Pass, "TestB": Fail, "TestB/x": Fail})
 	guarded.Tests["TestB"].Output = "=== RUN   TestB\n"
 	guarded.Tests["TestB/x"].Output = "    Error:  \tnot equal\n"
+	// pgconn: one test of the allow-list fails guarded, another test too.
+	pgconnPlain := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Pass, "TestC": Pass})
+	pgconnGuarded := result(map[string]Outcome{"TestConnectWithAfterNetConnect": Fail, "TestC": Fail})
+	pgconnGuarded.Tests["TestConnectWithAfterNetConnect"].Output = "    Error:  \tNot equal\n"
+	ss, err := selectSuites("stdlib,pgxpool,pgconn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdlibS, poolS, pgconnS := ss[0], ss[1], ss[2]
 	targets := []target{{name: "postgres"}}
 	results := map[string]map[string]Run{"postgres": {
-		"plain":   {pkgPath("stdlib"): plain, pkgPath("pgxpool"): plain},
-		"guarded": {pkgPath("stdlib"): guarded},
+		"plain":   {stdlibS.pkgPath(): plain, poolS.pkgPath(): plain, pgconnS.pkgPath(): pgconnPlain},
+		"guarded": {stdlibS.pkgPath(): guarded, pgconnS.pkgPath(): pgconnGuarded},
 	}}
 	var b strings.Builder
-	n := report(&b, "v5.0.0", targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, false)
+	n := report(&b, "v5.0.0", []suite{stdlibS, poolS, pgconnS}, targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, flags{})
 	out := b.String()
-	if n != 1 {
-		t.Errorf("report counted %d regressions, want 1", n)
+	if n != 2 {
+		t.Errorf("report counted %d regressions, want 2 (TestB, pgconn's TestC):\n%s", n, out)
 	}
 	for _, want := range []string{
-		"stdlib   postgres  2/0/0 [3/0/0]  1/1/0 [1/2/0]  1",
-		"pgxpool  postgres  2/0/0 [3/0/0]  not run        -",
+		"stdlib   postgres  declared    2/0/0 [3/0/0]  1/1/0 [1/2/0]  1            0",
+		"pgxpool  postgres  declared    2/0/0 [3/0/0]  not run        -            -",
+		"pgconn   postgres  undeclared  2/0/0 [2/0/0]  0/2/0 [0/2/0]  1            1",
 		"pgxpool guarded: not run: pgadvisory.ConfigurePool is missing",
 		"regressions: stdlib via postgres",
 		"TestB", "x: not equal (+1 subtests)",
+		"regressions: pgconn via postgres",
+		"pgconn TestConnectWithAfterNetConnect — asserts",
+		"postgres fail: Not equal",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "  TestConnectWithAfterNetConnect  ") || strings.Contains(out, "pgx TestConnect —") {
+		t.Errorf("an allowed difference is listed as a regression, or a suite that did not run has allow-list entries:\n%s", out)
 	}
 }
 
@@ -213,5 +231,61 @@ func TestTimedOut(t *testing.T) {
 	}
 	if TimedOut(result(map[string]Outcome{"TestA": Fail})) != nil {
 		t.Error("no timeout reported one")
+	}
+}
+
+// TestStableName: the random part of a t.TempDir path in a subtest's name
+// is the same in two runs, and nothing else in a name changes.
+func TestStableName(t *testing.T) {
+	tmp := filepath.ToSlash(os.TempDir())
+	a := stableName("TestParseConfigSSLCertMode/servicefile='" + tmp + "/TestParseConfigSSLCertMode2235296238/001/pg_service.conf'_service=test")
+	b := stableName("TestParseConfigSSLCertMode/servicefile='" + tmp + "/TestParseConfigSSLCertMode99/001/pg_service.conf'_service=test")
+	if a != b {
+		t.Errorf("two runs' names differ: %q, %q", a, b)
+	}
+	if !strings.HasSuffix(a, "/001/pg_service.conf'_service=test") || !strings.HasPrefix(a, "TestParseConfigSSLCertMode/servicefile='"+tmp+"/TestParseConfigSSLCertMode") {
+		t.Errorf("stableName changed more than the random digits: %q", a)
+	}
+	for _, name := range []string{"TestX", "TestX/sub_2024/001", "TestQuery/cache_statement"} {
+		if got := stableName(name); got != name {
+			t.Errorf("stableName(%q) = %q", name, got)
+		}
+	}
+}
+
+// TestIsolatedNames: a suite's isolated tests, filtered by -run; none for a
+// suite without any.
+func TestIsolatedNames(t *testing.T) {
+	ss, err := selectSuites("pgconn,stdlib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgconn, stdlib := ss[0], ss[1]
+	if got := isolatedNames(pgconn, ""); len(got) != 1 || got[0] != "TestCancelRequestContextWatcherHandler" {
+		t.Errorf("pgconn: %v", got)
+	}
+	if got := isolatedNames(pgconn, "^TestConnect$"); len(got) != 0 {
+		t.Errorf("-run ^TestConnect$: %v", got)
+	}
+	if got := isolatedNames(pgconn, "Cancel"); len(got) != 1 {
+		t.Errorf("-run Cancel: %v", got)
+	}
+	if got := isolatedNames(stdlib, ""); len(got) != 0 {
+		t.Errorf("stdlib: %v", got)
+	}
+}
+
+// TestSelectSuites: -suites names suites in its order; an unknown name is
+// an error that lists the suites.
+func TestSelectSuites(t *testing.T) {
+	ss, err := selectSuites("pgconn, pgx")
+	if err != nil || len(ss) != 2 || ss[0].pkgPath() != "github.com/jackc/pgx/v5/pgconn" || ss[1].pkgPath() != "github.com/jackc/pgx/v5" {
+		t.Errorf("selectSuites = %+v, %v", ss, err)
+	}
+	if _, err := selectSuites("pgx,nosuch"); err == nil || !strings.Contains(err.Error(), "stdlib, pgxpool, pgx, pgconn") {
+		t.Errorf("unknown suite: %v", err)
+	}
+	if all, _ := selectSuites(""); len(all) != len(suites) {
+		t.Errorf("default: %d suites", len(all))
 	}
 }
