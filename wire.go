@@ -95,6 +95,14 @@ func (e *ProtocolError) Error() string {
 // reader and one writer at a time, concurrently (CopyFrom writes while
 // pgx's background reader reads); deadlines, Close and addresses go to the
 // wrapped connection.
+//
+// Lock order. wmu (the write side) and rmu (the read side) are each taken
+// first, never while mu is held; mu (the state both sides share) is taken
+// under either or alone, and while it is held only leaf locks are taken —
+// the guard's holderPool.mu, a holderConn's mu, heldLocks.mu — which take
+// nothing further. A Write may wait for a holder (runHold) with wmu held
+// and mu not held; Close cancels that wait under mu, lets mu go, then takes
+// wmu (closeHolds). A tracer runs with none of them held (events.go).
 type guardConn struct {
 	net.Conn
 	g        *guard
