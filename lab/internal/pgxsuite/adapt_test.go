@@ -455,3 +455,18 @@ func f(ctx context.Context) {
 		t.Errorf("without ConfigurePgconn: Skipped %v, changed: %v", ad.Skipped, out != src)
 	}
 }
+
+// TestExpectedTarget: an allow-list entry limited to one target does not
+// hide the same test's regression on another.
+func TestExpectedTarget(t *testing.T) {
+	const test = "TestConnCopyFromConnectionTerminated"
+	if expected("pgconn", "pgbouncer-session", test) == nil {
+		t.Errorf("%s through PgBouncer: not on the allow-list", test)
+	}
+	if e := expected("pgconn", "postgres", test); e != nil {
+		t.Errorf("%s directly on PostgreSQL: allowed (%s), want a regression", test, e.reason)
+	}
+	if expected("pgx", "postgres", "TestConnect/sub") == nil {
+		t.Error("an entry for every target does not cover its subtests")
+	}
+}
