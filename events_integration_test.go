@@ -1,13 +1,10 @@
 package pgadvisory_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -152,15 +149,7 @@ func TestIntegrationEventsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.want(t, pgadvisory.EventHeld)
-	su, err := pgx.Connect(ctx, c.SuperuserDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer su.Close(context.Background())
-	var killed bool
-	if err := su.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", k).Scan(&killed); err != nil || !killed {
-		t.Fatalf("terminate the holder: %v, %v", killed, err)
-	}
+	terminateHolder(t, c, k)
 	wantLost(t, a) // 4 statements fail with ErrLockLost, polling before
 	evs := l.take()
 	lost, refused := 0, 0

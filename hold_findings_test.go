@@ -420,16 +420,7 @@ func TestIntegrationHoldFinding6Timeouts(t *testing.T) {
 	defer alter("DEFAULT")
 	// A role's defaults reach new sessions: the pooler's server connections
 	// opened after the ALTER.
-	acfg, err := pgx.ParseConfig(c.AdminDSN(pgbouncer.Transaction))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	admin, err := pgx.ConnectConfig(ctx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
+	admin := adminConsole(t, c, pgbouncer.Transaction)
 	if _, err := admin.Exec(ctx, "RECONNECT"); err != nil {
 		t.Fatal(err)
 	}

@@ -384,15 +384,7 @@ func TestIntegrationHoldLost(t *testing.T) {
 	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
 		t.Fatal(err)
 	}
-	su, err := pgx.Connect(ctx, c.SuperuserDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer su.Close(context.Background())
-	var killed bool
-	if err := su.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", k).Scan(&killed); err != nil || !killed {
-		t.Fatalf("terminate the holder: %v, %v", killed, err)
-	}
+	terminateHolder(t, c, k)
 	wantLost(t, a)
 	wantLocks(t, c)
 	// The lost key can be taken again, on another connection: this one is
@@ -630,4 +622,37 @@ func TestIntegrationHoldInTransaction(t *testing.T) {
 		}
 		wantLocks(t, c)
 	}
+}
+
+// terminateHolder ends, as a superuser, the server backend that holds the
+// advisory lock k (a holder's).
+func terminateHolder(t *testing.T, c *pgbouncer.Cluster, k int64) {
+	t.Helper()
+	ctx := t.Context()
+	su, err := pgx.Connect(ctx, c.SuperuserDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer su.Close(context.Background())
+	var killed bool
+	if err := su.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", k).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the holder: %v, %v", killed, err)
+	}
+}
+
+// adminConsole connects to the admin console of c's PgBouncer for mode m
+// (simple protocol, as the console requires), closed at the test's end.
+func adminConsole(t *testing.T, c *pgbouncer.Cluster, m pgbouncer.Mode) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(c.AdminDSN(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	admin, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	return admin
 }

@@ -1,12 +1,9 @@
 package pgadvisory_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -22,16 +19,7 @@ func TestIntegrationHoldClientStarved(t *testing.T) {
 	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction))
 	holdLeaks(t)
 	ctx := t.Context()
-	acfg, err := pgx.ParseConfig(c.AdminDSN(pgbouncer.Transaction))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	admin, err := pgx.ConnectConfig(ctx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
+	admin := adminConsole(t, c, pgbouncer.Transaction)
 	if _, err := admin.Exec(ctx, "SET query_wait_timeout = 1"); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +27,7 @@ func TestIntegrationHoldClientStarved(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", 9501); err != nil {
 		t.Fatal(err)
 	}
-	_, err = conn.Exec(ctx, "SELECT 1")
+	_, err := conn.Exec(ctx, "SELECT 1")
 	var pe *pgadvisory.HoldPoolError
 	if !errors.As(pgadvisory.Refusal(err), &pe) || !pe.Client || pe.ConfigHeld != 1 || !errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrHoldFailed) {
 		t.Fatalf("the client's statement behind a pool its holder fills: %v; want a *HoldPoolError for the client, 1 key held", err)

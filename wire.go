@@ -1222,11 +1222,13 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 			}
 		}
 	case 'E':
-		if n := c.g.holders.heldNow(); n > 0 && isQueueTimeout(body) {
-			// The pooler gave up on a server connection for the client's
-			// own statement while holders pin some: say why.
-			pe := &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "query_wait_timeout"}
-			return encodeRefusal(refusal{err: &HoldPoolError{Client: true, ConfigHeld: n, Err: pe}, code: SQLStateHoldFailed, fatal: true})
+		if isQueueTimeout(body) {
+			if n := c.g.holders.heldNow(); n > 0 {
+				// The pooler gave up on a server connection for the client's
+				// own statement while holders pin some: say why.
+				pe := &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "query_wait_timeout"}
+				return encodeRefusal(refusal{err: &HoldPoolError{Client: true, ConfigHeld: n, Err: pe}, code: SQLStateHoldFailed, fatal: true})
+			}
 		}
 		if len(c.refusals) == 0 {
 			return nil
