@@ -68,15 +68,12 @@ func (a *adminProbe) ask(ctx context.Context, admin *pgconn.Config, database, us
 	}
 }
 
-// maxServerPID is Linux's largest process ID (pid_max on 64-bit systems);
-// other systems PostgreSQL runs on use smaller ones.
-const maxServerPID = 1 << 22
-
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // detect works out the pool mode of a new physical connection (pgconn's
-// AfterConnect): declared; or, with one simple-protocol round trip, the
-// BackendKeyData PID against pg_backend_pid() (equal: direct); behind a
+// AfterConnect): declared; or the BackendKeyData PID against
+// pg_backend_pid() (equal: direct), one simple-protocol round trip unless
+// the PID is one no backend can have (pgdetect.NoBackendPID); behind a
 // pooler, the admin console's answer when credentials are given (one probe
 // shared by concurrent connections); else transaction pooling, assumed. A
 // declared direct connection that a pooler answers is an error.
@@ -89,10 +86,10 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	case poolmode.Unknown:
 	case poolmode.Direct:
 		// No round trip (a declared mode costs none): a BackendKeyData PID
-		// above Linux's largest process ID cannot be a PostgreSQL
-		// backend's. Poolers send random 32-bit PIDs, so this catches all
+		// of 0, 1 or above Linux's largest process ID cannot be a
+		// PostgreSQL backend's (pgdetect.NoBackendPID). Poolers send random 32-bit PIDs, so this catches all
 		// but about one connection in a thousand behind one.
-		if pid := pc.PID(); pid > maxServerPID {
+		if pid := pc.PID(); pgdetect.NoBackendPID(pid) {
 			return fmt.Errorf("pgadvisory: pool mode declared direct, but a connection pooler answers (BackendKeyData PID %d is no PostgreSQL backend's): session-level locks would leak; declare pgadvisory_pool_mode=session|transaction|statement, or leave it to detection", pid)
 		}
 		return nil
@@ -117,11 +114,7 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	}
 	if ev.Source == poolmode.SourceFallback {
 		g.warnAssumed.Do(func() {
-			attrs := []slog.Attr{slog.Uint64("backend_key_pid", uint64(ev.BackendKeyPID)), slog.Uint64("server_pid", uint64(ev.ServerPID))}
-			if ev.AdminError != "" {
-				attrs = append(attrs, slog.String("admin_error", ev.AdminError))
-			}
-			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(poolerUnknown, g.cfg.policy, declareHint)+" (logged once per configuration)", attrs...)
+			g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, assumedWarning(poolerUnknown, g.cfg.policy, declareHint)+" (logged once per configuration)", ev.LogAttrs()...)
 		})
 	}
 	gc.setMode(m, ev)

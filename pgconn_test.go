@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
+	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
 // scriptedServer accepts one connection, answers the startup message with
@@ -114,4 +116,98 @@ func TestIntegrationPgconnGuarded(t *testing.T) {
 	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][1]) != "reset" {
 		t.Fatalf("ExecParams: %v %v", res.Err, res.Rows)
 	}
+}
+
+// TestDetectNoBackendPID: with the pool mode undeclared, a BackendKeyData
+// PID that no PostgreSQL backend can have (0, 1, above 2^22) is a pooler's,
+// so the guard sends the server nothing at connect and assumes transaction
+// pooling; a PID a backend may have is checked with SELECT
+// pg_backend_pid(), and the same PID back means direct.
+func TestDetectNoBackendPID(t *testing.T) {
+	for _, tc := range []struct {
+		pid  uint32
+		asks bool
+		want poolmode.Mode
+	}{
+		{0, false, poolmode.Transaction},
+		{1, false, poolmode.Transaction},
+		{1<<22 + 1, false, poolmode.Transaction},
+		{1 << 31, false, poolmode.Transaction},
+		{2, true, poolmode.Direct},
+		{4242, true, poolmode.Direct},
+		{1 << 22, true, poolmode.Direct},
+	} {
+		t.Run(strconv.FormatUint(uint64(tc.pid), 10), func(t *testing.T) {
+			addr, queries := pidServer(t, tc.pid)
+			host, port, _ := net.SplitHostPort(addr)
+			cfg, err := pgconn.ParseConfig("host=" + host + " port=" + port + " user=app database=app sslmode=disable")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pgadvisory.ConfigurePgconn(cfg, pgadvisory.WithLogger(slog.New(slog.DiscardHandler))); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			pc, err := pgconn.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, ev, _ := pc.Conn().(interface {
+				PoolMode() (poolmode.Mode, poolmode.Evidence, bool)
+			}).PoolMode()
+			pc.Close(ctx)
+			got := <-queries
+			if asked := len(got) > 0; asked != tc.asks || m != tc.want || ev.PoolerSuspected == (tc.want == poolmode.Direct) {
+				t.Errorf("PID %d: queries %q, mode %v (%s); want asked=%v, mode %v", tc.pid, got, m, ev, tc.asks, tc.want)
+			}
+		})
+	}
+}
+
+// pidServer accepts one connection, starts it with trust authentication
+// and BackendKeyData PID pid, and answers every simple query with one int4
+// row, pid (what SELECT pg_backend_pid() returns directly on PostgreSQL).
+// The queries it received arrive on the channel when the client has gone.
+func pidServer(t *testing.T, pid uint32) (string, <-chan []string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	queries := make(chan []string, 1)
+	go func() {
+		var got []string
+		defer func() { queries <- got }()
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		be := pgproto3.NewBackend(conn, conn)
+		if _, err := be.ReceiveStartupMessage(); err != nil {
+			return
+		}
+		be.Send(&pgproto3.AuthenticationOk{})
+		be.Send(&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: []byte{1, 2, 3, 4}})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		for be.Flush() == nil {
+			msg, err := be.Receive()
+			if err != nil {
+				return
+			}
+			q, ok := msg.(*pgproto3.Query)
+			if !ok {
+				return // Terminate, or a message this server does not answer
+			}
+			got = append(got, q.String)
+			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("pg_backend_pid"), DataTypeOID: 23, DataTypeSize: 4, TypeModifier: -1}}})
+			be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(strconv.FormatUint(uint64(pid), 10))}})
+			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		}
+	}()
+	return ln.Addr().String(), queries
 }

@@ -2,6 +2,7 @@ package poolmode
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 )
@@ -48,8 +49,10 @@ type Evidence struct {
 	BackendKeyPID uint32
 	// ServerPID is what SELECT pg_backend_pid() returned; 0 when not asked.
 	ServerPID uint32
-	// PoolerSuspected is true when the two PIDs differ: some pooler answers
-	// the connection.
+	// PoolerSuspected is true when the two PIDs differ, or when the
+	// BackendKeyData PID is one no PostgreSQL backend can have (0, 1, or
+	// above Linux's largest, 2^22; the server is then not asked): some pooler
+	// answers the connection.
 	PoolerSuspected bool
 	// ParameterStatus is the announced pool mode, when a server sent one.
 	ParameterStatus string
@@ -71,7 +74,10 @@ func (e Evidence) String() string {
 	var b strings.Builder
 	b.WriteString("source=" + string(e.Source))
 	if e.BackendKeyPID != 0 || e.ServerPID != 0 {
-		fmt.Fprintf(&b, " backend_key_pid=%d server_pid=%d", e.BackendKeyPID, e.ServerPID)
+		fmt.Fprintf(&b, " backend_key_pid=%d", e.BackendKeyPID)
+	}
+	if e.ServerPID != 0 {
+		fmt.Fprintf(&b, " server_pid=%d", e.ServerPID)
 	}
 	if e.ParameterStatus != "" {
 		b.WriteString(" parameter_status=" + e.ParameterStatus)
@@ -86,4 +92,18 @@ func (e Evidence) String() string {
 		b.WriteString(" admin_error=" + strconv.Quote(e.AdminError))
 	}
 	return b.String()
+}
+
+// LogAttrs is the evidence of a detection that fell back to Transaction, as
+// the attributes of its log line: the BackendKeyData PID, the server's PID
+// when it was asked, and why the admin console could not answer.
+func (e Evidence) LogAttrs() []slog.Attr {
+	attrs := []slog.Attr{slog.Uint64("backend_key_pid", uint64(e.BackendKeyPID))}
+	if e.ServerPID != 0 {
+		attrs = append(attrs, slog.Uint64("server_pid", uint64(e.ServerPID)))
+	}
+	if e.AdminError != "" {
+		attrs = append(attrs, slog.String("admin_error", e.AdminError))
+	}
+	return attrs
 }

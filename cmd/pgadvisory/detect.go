@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/poolmode"
+	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
 )
 
 func init() {
@@ -129,12 +130,15 @@ func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
 	fmt.Fprintf(w, "pool mode:  %s\n", m)
 	fmt.Fprintln(w, "evidence:")
 	fmt.Fprintf(w, "  source: %s\n", ev.Source)
-	if ev.BackendKeyPID != 0 || ev.ServerPID != 0 {
+	switch {
+	case ev.ServerPID != 0:
 		verdict := "equal: the server itself answered"
 		if ev.PoolerSuspected {
 			verdict = "different: a pooler made up the BackendKeyData PID"
 		}
 		fmt.Fprintf(w, "  BackendKeyData PID %d, SELECT pg_backend_pid() = %d (%s)\n", ev.BackendKeyPID, ev.ServerPID, verdict)
+	case ev.PoolerSuspected:
+		fmt.Fprintf(w, "  BackendKeyData PID %d: no PostgreSQL backend has it (0, 1, or above %d), so a pooler made it up; pg_backend_pid() not asked\n", ev.BackendKeyPID, pgdetect.MaxBackendPID)
 	}
 	if ev.ParameterStatus != "" {
 		fmt.Fprintf(w, "  ParameterStatus pool mode: %s\n", ev.ParameterStatus)

@@ -37,7 +37,7 @@ func TestDetectAgainstHarness(t *testing.T) {
 		want []string
 	}{
 		{"direct", []string{c.DirectDSN()}, []string{"conclusion: direct connection to PostgreSQL", "pool mode:  direct", "source: backend_pid", "(equal"}},
-		{"transaction-no-admin", []string{c.DSN(pgbouncer.Transaction)}, []string{"unidentified connection pooler", "pool mode:  transaction", "different: a pooler", "probe transaction (BEGIN; SELECT 1; COMMIT): allowed", "pgadvisory_policy=hold", "pgadvisory_pool_mode=session"}},
+		{"transaction-no-admin", []string{c.DSN(pgbouncer.Transaction)}, []string{"unidentified connection pooler", "pool mode:  transaction", "a pooler made", "probe transaction (BEGIN; SELECT 1; COMMIT): allowed", "pgadvisory_policy=hold", "pgadvisory_pool_mode=session"}},
 		// Without the admin console, statement pooling is told by its refusal
 		// of the probe transaction, never reported as transaction pooling.
 		{"statement-no-admin", []string{c.DSN(pgbouncer.Statement)}, []string{"statement pooling mode (it refused a transaction)", "pool mode:  statement", "source: pooler_refusal", "probe transaction (BEGIN; SELECT 1; COMMIT): refused", "cannot work behind statement pooling"}},

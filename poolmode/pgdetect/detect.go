@@ -43,8 +43,10 @@ type Options struct {
 // protocol) when opts.Admin is set; otherwise Transaction, with one log line
 // saying how to declare the mode.
 //
-// Detect costs one round trip on pc (the pg_backend_pid query, sent with the
-// simple protocol so no prepared statement is left behind), plus one short
+// Detect costs at most one round trip on pc (the pg_backend_pid query, sent
+// with the simple protocol so no prepared statement is left behind), and
+// none when the BackendKeyData PID is one no backend can have
+// (NoBackendPID: a pooler made it up), plus one short
 // admin-console connection when a pooler is suspected and credentials are
 // given. pc must be idle.
 func Detect(ctx context.Context, pc *pgconn.PgConn, opts Options) (poolmode.Mode, poolmode.Evidence, error) {
@@ -66,14 +68,17 @@ func Detect(ctx context.Context, pc *pgconn.PgConn, opts Options) (poolmode.Mode
 			}
 		}
 	}
-	pid, err := ServerPID(ctx, pc)
-	if err != nil {
-		return poolmode.Unknown, ev, err
-	}
-	ev.ServerPID = pid
-	if pid == ev.BackendKeyPID {
-		ev.Source = poolmode.SourceBackendPID
-		return poolmode.Direct, ev, nil
+	if !NoBackendPID(ev.BackendKeyPID) {
+		// The PID may be a backend's: ask the server whose it is.
+		pid, err := ServerPID(ctx, pc)
+		if err != nil {
+			return poolmode.Unknown, ev, err
+		}
+		ev.ServerPID = pid
+		if pid == ev.BackendKeyPID {
+			ev.Source = poolmode.SourceBackendPID
+			return poolmode.Direct, ev, nil
+		}
 	}
 	ev.PoolerSuspected = true
 	if opts.Admin != nil {
@@ -90,14 +95,26 @@ func Detect(ctx context.Context, pc *pgconn.PgConn, opts Options) (poolmode.Mode
 	if logger == nil {
 		logger = slog.Default()
 	}
-	attrs := []slog.Attr{slog.Uint64("backend_key_pid", uint64(ev.BackendKeyPID)), slog.Uint64("server_pid", uint64(ev.ServerPID))}
-	if ev.AdminError != "" {
-		attrs = append(attrs, slog.String("admin_error", ev.AdminError))
-	}
 	logger.LogAttrs(ctx, slog.LevelWarn,
 		"pgadvisory: a connection pooler answers and its pool mode is unknown: assuming transaction pooling, where session-level advisory locks leak to other clients; declare it with the DSN parameter pgadvisory_pool_mode=session|transaction|statement, or give admin-console credentials (pgadvisory_admin_user, pgadvisory_admin_password)",
-		attrs...)
+		ev.LogAttrs()...)
 	return poolmode.Transaction, ev, nil
+}
+
+// MaxBackendPID is the largest process ID a PostgreSQL backend can have:
+// Linux's limit for pid_max on 64-bit systems (the other systems
+// PostgreSQL runs on use smaller ones).
+const MaxBackendPID = 1 << 22
+
+// NoBackendPID reports whether pid, a BackendKeyData process ID, is one no
+// PostgreSQL backend can have: 0; 1, the init process on Unix (a backend is
+// a child of the postmaster, so even a postmaster run as PID 1 in a
+// container has none), and on no process at all on Windows, whose PIDs are
+// multiples of 4; or above MaxBackendPID. PgBouncer sends
+// a random 32-bit PID, so all but about one connection in a thousand
+// through it are recognised this way, without a round trip.
+func NoBackendPID(pid uint32) bool {
+	return pid <= 1 || pid > MaxBackendPID
 }
 
 // ServerPID runs SELECT pg_backend_pid() on pc with the simple query
