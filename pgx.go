@@ -179,12 +179,27 @@ func configureConn(cfg *pgx.ConnConfig, opts []Option) (*guard, error) {
 	return g, nil
 }
 
+// usesTLS reports whether pc may connect over TLS: its own TLS
+// configuration or a fallback's.
+func usesTLS(pc *pgconn.Config) bool {
+	if pc.TLSConfig != nil {
+		return true
+	}
+	for _, f := range pc.Fallbacks {
+		if f.TLSConfig != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // newConfiguredGuard reads the pgadvisory_* parameters out of pc and opts
 // and returns the guard for pc, not installed yet.
 func newConfiguredGuard(pc *pgconn.Config, opts []Option) (*guard, error) {
-	if pc.ChannelBinding == "require" {
+	if pc.ChannelBinding == "require" && usesTLS(pc) {
 		// pgconn finds channel-binding data only on a *tls.Conn, which the
-		// guard's wrapper hides from it.
+		// guard's wrapper hides from it. Without TLS, pgconn refuses
+		// channel_binding=require itself, as it does for plain pgx.
 		return nil, errors.New("pgadvisory: channel_binding=require is not supported: pgconn reads SCRAM channel-binding data only from a *tls.Conn, and the guard wraps the connection; use channel_binding=prefer or disable with sslmode=verify-full")
 	}
 	c, err := buildConfig(pc.RuntimeParams, opts)

@@ -358,7 +358,9 @@ func testTLSDatabaseSQL(t *testing.T, c *pgbouncer.Cluster, bouncer string) {
 //     SCRAM-SHA-256-PLUS, so the refusal below is the wrapper's limit, not
 //     the server's;
 //   - the guard refuses channel_binding=require at configuration time, with
-//     a clear error, for ParseConfig, ParsePoolConfig and the driver;
+//     a clear error, for ParseConfig, ParsePoolConfig and the driver, when
+//     the connection may use TLS; without TLS pgconn refuses it itself, and
+//     the error is plain pgx's;
 //   - channel_binding=prefer through the guard logs in — WITHOUT channel
 //     binding: pgconn sees no *tls.Conn and sends the GS2 header "n,,"
 //     (client does not support binding), which PostgreSQL accepts.
@@ -404,6 +406,19 @@ func testTLSChannelBinding(t *testing.T, direct string) {
 	sqlDB := openT(t, withParams(t, direct, "channel_binding", "prefer"))
 	if err := sqlDB.PingContext(ctx); err != nil {
 		t.Fatalf("database/sql with channel_binding=prefer: %v", err)
+	}
+
+	// Without TLS, channel_binding=require cannot work for plain pgx either:
+	// the guard leaves the refusal to pgconn, so the error is plain pgx's.
+	noTLS := withParams(t, direct, "sslmode", "disable", "channel_binding", "require")
+	_, plainErr := pgx.Connect(ctx, noTLS)
+	guardedCfg, err := pgadvisory.ParseConfig(noTLS)
+	if err != nil {
+		t.Fatalf("ParseConfig(sslmode=disable channel_binding=require) = %v, want pgconn to decide at connect", err)
+	}
+	_, guardedErr := pgx.ConnectConfig(ctx, guardedCfg)
+	if plainErr == nil || guardedErr == nil || plainErr.Error() != guardedErr.Error() {
+		t.Errorf("sslmode=disable channel_binding=require: guarded %v, plain %v; want the same error", guardedErr, plainErr)
 	}
 }
 
