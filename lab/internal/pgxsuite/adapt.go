@@ -358,8 +358,14 @@ const PoolModeEnv = "PGXSUITE_POOL_MODE"
 
 // AdminEnv is the environment variable through which the runner gives the
 // helper file PgBouncer admin-console credentials ("user:password") for
-// pgadvisory's detection; empty gives none.
+// pgadvisory's detection; empty gives none. They are given only to
+// connections to AdminAddrEnv's address: a test's own scripted server is
+// not the PgBouncer they are for.
 const AdminEnv = "PGXSUITE_ADMIN"
+
+// AdminAddrEnv is the environment variable naming the host:port of the
+// PgBouncer whose admin-console credentials AdminEnv gives.
+const AdminAddrEnv = "PGXSUITE_ADMIN_ADDR"
 
 // HelperFile returns the Go source of the file added to an adapted test
 // package: the wrappers the rewritten calls use, over pgadvisory's public API.
@@ -462,10 +468,12 @@ func ` + helperDSN + `(dsn string) string {
 
 const helperOptions = `
 // pgadvisorySuiteOptions declares the pool mode named by ` + PoolModeEnv + `
-// and the admin-console credentials of ` + AdminEnv + `.
-func pgadvisorySuiteOptions() []pgadvisory.Option {
+// and, for a connection to host:port ` + AdminAddrEnv + `, the
+// admin-console credentials of ` + AdminEnv + `.
+func pgadvisorySuiteOptions(host string, port uint16) []pgadvisory.Option {
 	var opts []pgadvisory.Option
-	if user, password, ok := strings.Cut(os.Getenv("` + AdminEnv + `"), ":"); ok {
+	user, password, ok := strings.Cut(os.Getenv("` + AdminEnv + `"), ":")
+	if ok && os.Getenv("` + AdminAddrEnv + `") == fmt.Sprintf("%s:%d", host, port) {
 		opts = append(opts, pgadvisory.WithAdminCredentials(user, password))
 	}
 	s := os.Getenv("` + PoolModeEnv + `")
@@ -508,7 +516,7 @@ func ` + helperUnregister + `(name string) { pgadvisory.UnregisterConnConfig(nam
 
 const helperConn = `
 func pgadvisorySuiteGuardConn(config *pgx.ConnConfig) error {
-	if err := pgadvisory.ConfigureConn(config, pgadvisorySuiteOptions()...); err != nil {
+	if err := pgadvisory.ConfigureConn(config, pgadvisorySuiteOptions(config.Host, config.Port)...); err != nil {
 		return fmt.Errorf("pgadvisory.ConfigureConn: %w", err)
 	}
 	return nil
@@ -581,7 +589,7 @@ func ` + helperPgconnConfig + `(ctx context.Context, config *pgconn.Config) (*pg
 	v, _ := pgadvisorySuitePgconnGuards.LoadOrStore(config, new(pgadvisorySuitePgconnGuard))
 	g := v.(*pgadvisorySuitePgconnGuard)
 	g.once.Do(func() {
-		if err := pgadvisory.ConfigurePgconn(config, pgadvisorySuiteOptions()...); err != nil {
+		if err := pgadvisory.ConfigurePgconn(config, pgadvisorySuiteOptions(config.Host, config.Port)...); err != nil {
 			g.err = fmt.Errorf("pgadvisory.ConfigurePgconn: %w", err)
 		}
 	})
@@ -626,7 +634,7 @@ func ` + helperPoolNewConfig + `(ctx context.Context, config *pgxpool.Config) (*
 	if !pgadvisorySuiteParsed(config) {
 		return pgxpool.NewWithConfig(ctx, config)
 	}
-	if err := pgadvisory.ConfigurePool(config, pgadvisorySuiteOptions()...); err != nil {
+	if err := pgadvisory.ConfigurePool(config, pgadvisorySuiteOptions(config.ConnConfig.Host, config.ConnConfig.Port)...); err != nil {
 		return nil, fmt.Errorf("pgadvisory.ConfigurePool: %w", err)
 	}
 	return pgxpool.NewWithConfig(ctx, config)

@@ -54,6 +54,7 @@ type target struct {
 	dsn      string // PGX_TEST_DATABASE
 	poolMode string // declared to pgadvisory in a guarded run that declares it
 	admin    string // "user:password" of the admin console, for detection
+	addr     string // host:port of the PgBouncer admin is for
 }
 
 // guardedEnv is what the helper files read in a guarded run on tg: the pool
@@ -63,7 +64,7 @@ func (tg target) guardedEnv(undeclared bool) []string {
 	case !undeclared:
 		return []string{PoolModeEnv + "=" + tg.poolMode}
 	case tg.admin != "":
-		return []string{AdminEnv + "=" + tg.admin}
+		return []string{AdminEnv + "=" + tg.admin, AdminAddrEnv + "=" + tg.addr}
 	}
 	return nil
 }
@@ -237,6 +238,11 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 	}
 	// Detection proves session pooling through the admin console.
 	targets[1].admin = cluster.AdminUser() + ":" + cluster.AdminPassword()
+	bouncerCfg, err := pgconn.ParseConfig(targets[1].dsn)
+	if err != nil {
+		return fail(err)
+	}
+	targets[1].addr = fmt.Sprintf("%s:%d", bouncerCfg.Host, bouncerCfg.Port)
 	if f.out != "" {
 		if err := os.MkdirAll(f.out, 0o755); err != nil {
 			return fail(err)
@@ -401,7 +407,7 @@ func childEnv(base []string) []string {
 		case k == "GOFLAGS":
 			goflags = v
 			continue
-		case k == "GOWORK" || k == "GOTOOLCHAIN" || k == "PGX_TEST_DATABASE" || k == PoolModeEnv || k == AdminEnv:
+		case k == "GOWORK" || k == "GOTOOLCHAIN" || k == "PGX_TEST_DATABASE" || k == PoolModeEnv || k == AdminEnv || k == AdminAddrEnv:
 			continue
 		case strings.HasPrefix(k, "PG") && !strings.HasPrefix(k, "PGADVISORY_") && !strings.HasPrefix(k, "PGX_"):
 			continue

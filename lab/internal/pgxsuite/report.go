@@ -28,25 +28,9 @@ type expectedDifference struct {
 	target string
 }
 
-// scriptedServer is the reason shared by the pgconn tests whose server is
-// the test's own script (pgproto3.Backend on a local listener).
-const scriptedServer = "its server is the test's own script, which answers only the messages the test expects; with the pool mode undeclared the guard detects it at connect with a query (select pg_backend_pid()) that the script does not answer, so the connection fails (with the mode declared direct, the test passes guarded)"
-
 var expectedDifferences = []expectedDifference{
 	{"pgx", "TestConnect", "asserts that conn.Config() equals the config it connected with, Tracer and AfterConnect included: the guarded connection's copy carries the guard's tracer and AfterConnect", ""},
 	{"pgconn", "TestConnectWithAfterNetConnect", "asserts that conn.Conn() is the net.Conn its AfterNetConnect returned: the guard's AfterNetConnect runs after it and wraps that net.Conn", ""},
-	{"pgconn", "TestConnectChannelBinding", "expects pgconn's own errors for channel_binding=require; pgadvisory refuses channel_binding=require when configured (pgconn reads channel-binding data only from a *tls.Conn, which the guard wraps)", ""},
-	{"pgconn", "TestAsyncCloseDrainsBeforeClose", scriptedServer, ""},
-	{"pgconn", "TestCancelRequestSSLCertModeDisable", scriptedServer, ""},
-	{"pgconn", "TestConnOnPgErrorClosesConnection", scriptedServer, ""},
-	{"pgconn", "TestConnectSSLCertMode", scriptedServer, ""},
-	{"pgconn", "TestConnectSSLCertModeCallback", scriptedServer, ""},
-	{"pgconn", "TestConnectSSLCertModeRequireAllowsDialFallback", scriptedServer, ""},
-	{"pgconn", "TestConnectSSLCertModeSessionResumption", scriptedServer, ""},
-	{"pgconn", "TestConnectWithDirectSSLNegotiation", scriptedServer, ""},
-	{"pgconn", "TestFatalErrorReceivedAfterCommandComplete", scriptedServer, ""},
-	{"pgconn", "TestFatalErrorReceivedInPipelineMode", scriptedServer, ""},
-	{"pgconn", "TestPipelineCloseDoesNotPanicOnMultipleFatalErrors", scriptedServer, ""},
 	{"pgconn", "TestConnCopyFromConnectionTerminated", randomPID, "pgbouncer-session"},
 	{"pgconn", "TestConnCheckConn", randomPID, "pgbouncer-session"},
 	{"pgconn", "TestConnPing", randomPID, "pgbouncer-session"},
@@ -170,10 +154,10 @@ func printAllowList(w io.Writer, suites []suite, seen []section) {
 		ran[s.name] = true
 	}
 	fmt.Fprintln(w, "\nexpected differences (the allow-list, by name):")
-	scripted := false
+	shared := false
 	defer func() {
-		if scripted {
-			fmt.Fprintln(w, "  scripted server: "+scriptedServer)
+		if shared {
+			fmt.Fprintln(w, "  random PID: "+randomPID)
 		}
 	}()
 	for _, e := range expectedDifferences {
@@ -189,8 +173,8 @@ func printAllowList(w io.Writer, suites []suite, seen []section) {
 			}
 		}
 		reason := e.reason
-		if reason == scriptedServer {
-			reason, scripted = "(scripted server: below)", true
+		if reason == randomPID {
+			reason, shared = "(random PID: below)", true
 		}
 		on := ""
 		if e.target != "" {
