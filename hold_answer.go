@@ -13,10 +13,11 @@ import (
 // Answering a held call's unit here (PolicyHold).
 //
 // When a held lock call is alone in its unit, nothing is unanswered on the
-// client's connection and its transaction status is known (idle, or in a
-// transaction that has reached the server and is not aborted; not a
-// deferred BEGIN), the
-// key is one the hold reads as the server does and every parameter's type
+// client's connection and its transaction status is known (idle; in a
+// transaction that has reached the server and is not aborted; or in one
+// whose BEGIN is still deferred, which is then taken back out of the write
+// to go with the next statement), the key is one the hold reads as the
+// server does and every parameter's type
 // is known exactly, the stand-in need not reach the server: the guard
 // answers the unit with the messages PostgreSQL sends for the call —
 // ParseComplete, BindComplete, ParameterDescription, RowDescription,
@@ -56,11 +57,16 @@ type holdLocal struct {
 // stand-in: see the comment above. args are the call's arguments as
 // holdArgs read them, bind the Bind written after a Parse. c.mu held.
 func (c *guardConn) holdLocalShape(p *holdPlan, args []holdArg, column string, paramTypes []byte, bind *bindMsg) *holdLocal {
-	if c.txStatus != 'I' && c.txStatus != 'T' || c.predicted != c.txStatus || c.pendingBegin != "" || c.localAbort || c.begin.active && c.ownSyncDue() == 0 ||
+	status := c.txStatus
+	if c.begin.takeBack != "" {
+		status = 'T' // a transaction open for the client only: nothing in it has run
+	}
+	if c.txStatus != 'I' && c.txStatus != 'T' || c.predicted != status || c.pendingBegin != "" || c.localAbort ||
+		c.begin.active && c.begin.takeBack == "" && c.ownSyncDue() == 0 ||
 		column == "" || len(column) > maxLocalColumn || len(args) != len(p.call.Args) {
 		return nil
 	}
-	l := &holdLocal{t: p.t, column: column, void: p.op == lockscan.OpLock || p.op == lockscan.OpUnlockAll, status: c.txStatus}
+	l := &holdLocal{t: p.t, column: column, void: p.op == lockscan.OpLock || p.op == lockscan.OpUnlockAll, status: status}
 	fn := uint32(oidInt8) // the function's argument type
 	if len(args) == 2 {
 		fn = oidInt4
@@ -272,25 +278,27 @@ func (c *guardConn) answerHeld(p *holdPlan, answer bool, out net.Buffers) bool {
 	if l == nil {
 		return false
 	}
-	at := -1
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, begin := -1, false
 	for i, b := range out {
 		switch {
 		case len(b) > 0 && &b[0] == &p.yes[0]:
 			at = i
 		case len(b) == 0:
 		case at >= 0 && i == at+1 && l.t == 'P' && len(b) == l.unitLen:
+		case c.begin.takeBack != "" && (at < 0 && &b[0] == &c.begin.prefix[0] || at >= 0 && c.begin.syncSent && &b[0] == &syncMessage[0]):
+			begin = true // the deferred BEGIN, sent with this unit
 		default:
 			return false // other bytes share the write
 		}
 	}
-	if at < 0 {
+	if at < 0 || begin && !c.takeBackBegin(out) {
 		return false
 	}
 	for i := range out {
 		out[i] = nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.sent-- // no ReadyForQuery comes from the server for this unit
 	if l.t == 'P' {
 		// The server's unnamed statement is not the call: a Bind of it

@@ -259,23 +259,32 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 	heldNet, refNet := held.PgConn().Conn(), ref.PgConn().Conn()
 	key := int64(93000)
 	cases, compared := 0, 0
-	// inTx runs a sequence inside a transaction that has reached the
-	// server (BEGIN, then a statement that carries it): the answers end
-	// with status T. A deferred BEGIN alone keeps the stand-in.
-	tx := func(inTx bool, sql string) {
-		if !inTx {
+	// A sequence runs outside a transaction, inside one that has reached
+	// the server (BEGIN, then a statement that carries it), or inside one
+	// whose BEGIN the guard still defers (BEGIN alone): in both the answers
+	// end with status T, and the deferred BEGIN waits for the next
+	// statement.
+	const (
+		noTx = iota
+		serverTx
+		deferredTx
+	)
+	tx := func(mode int, sql ...string) {
+		if mode == noTx {
 			return
 		}
 		for _, conn := range []net.Conn{heldNet, refNet} {
-			q, _ := (&pgproto3.Query{String: sql}).Encode(nil)
-			roundTrip(t, conn, q)
+			for _, s := range sql {
+				q, _ := (&pgproto3.Query{String: s}).Encode(nil)
+				roundTrip(t, conn, q)
+			}
 		}
 	}
 	for i, f := range oracleForms {
 		alias := oracleAliases[i%len(oracleAliases)]
 		for ui, u := range oracleUnits(f) {
 			for _, shared := range []bool{false, true} {
-				inTx := (i+ui)%2 == 1
+				txMode := (i + ui) % 3
 				cases++
 				key += 2
 				kHeld, kRef, kB := key, key+1, int64(7)
@@ -285,9 +294,13 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 					}
 					return strconv.FormatInt(k, 10)
 				}
-				name := fmt.Sprintf("%s%s/%s/shared=%v/tx=%v", f.name, alias, u, shared, inTx)
-				tx(inTx, "BEGIN")
-				tx(inTx, "SELECT 1")
+				name := fmt.Sprintf("%s%s/%s/shared=%v/tx=%v", f.name, alias, u, shared, txMode)
+				switch txMode {
+				case serverTx:
+					tx(txMode, "BEGIN", "SELECT 1")
+				case deferredTx:
+					tx(txMode, "BEGIN")
+				}
 				for si, st := range oracleSteps(shared) {
 					if st.taken {
 						if _, err := other.Exec(ctx, "SELECT pg_advisory_lock("+keyArgs(kHeld)+"), pg_advisory_lock("+keyArgs(kRef)+")"); err != nil {
@@ -323,7 +336,15 @@ func TestIntegrationHoldLocalOracle(t *testing.T) {
 						}
 					}
 				}
-				tx(inTx, "COMMIT")
+				if txMode != noTx {
+					// The transaction goes on as the server's: a deferred
+					// BEGIN goes with this statement.
+					q, _ := (&pgproto3.Query{String: "SELECT 1"}).Encode(nil)
+					if got, want := roundTrip(t, heldNet, q), roundTrip(t, refNet, q); !bytes.Equal(got, want) {
+						t.Errorf("%s: SELECT 1 after the calls:\nguard  %q\nserver %q", name, got, want)
+					}
+				}
+				tx(txMode, "COMMIT")
 			}
 		}
 	}

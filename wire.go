@@ -190,6 +190,12 @@ type beginFlight struct {
 	// syncSeenQuery: the Query's own ReadyForQuery has gone by.
 	syncSeenQuery bool
 	dropRFQ       bool // the next ReadyForQuery is the appended Sync's
+	// takeBack is the BEGIN's text and prefix is its messages while the
+	// unit they go in front of is the one being written: a held call
+	// answered here (answerHeld) takes the BEGIN back, to go with the
+	// next statement. Cleared when the next Write starts.
+	takeBack string
+	prefix   []byte
 }
 
 // ownSyncDue is 1 while the only ReadyForQuery still to come is that of
@@ -336,6 +342,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 	)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.begin.takeBack, c.begin.prefix = "", nil // a BEGIN written before is the server's now
 	i := 0
 	for i < len(data) {
 		if c.wskip > 0 {
@@ -1273,13 +1280,41 @@ func endsUnsent(query string) bool {
 func (c *guardConn) beginPrefix(t byte) []byte {
 	text := c.pendingBegin
 	c.pendingBegin = ""
-	c.begin = beginFlight{active: true, extraSync: t == 'Q'}
 	c.swallow.Store(1)
 	var b []byte
 	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
 	b, _ = (&pgproto3.Bind{}).Encode(b)
 	b, _ = (&pgproto3.Execute{}).Encode(b)
+	c.begin = beginFlight{active: true, extraSync: t == 'Q', takeBack: text, prefix: b}
 	return b
+}
+
+// takeBackBegin undoes beginPrefix when out is the deferred BEGIN's prefix
+// and one unit the guard answers itself: the BEGIN is deferred again, and
+// its messages (and the Sync after a simple Query) are left out of out.
+// It reports whether out held the prefix. c.mu held.
+func (c *guardConn) takeBackBegin(out net.Buffers) bool {
+	b := &c.begin
+	if b.takeBack == "" {
+		return false
+	}
+	found := false
+	for i, buf := range out {
+		if len(buf) > 0 && (&buf[0] == &b.prefix[0] || b.syncSent && &buf[0] == &syncMessage[0]) {
+			found = found || &buf[0] == &b.prefix[0]
+			out[i] = nil
+		}
+	}
+	if !found {
+		return false
+	}
+	c.pendingBegin = b.takeBack
+	if b.syncSent {
+		c.sent-- // the Sync is not written
+	}
+	c.begin = beginFlight{}
+	c.swallow.Store(0)
+	return true
 }
 
 // answer queues a reply the guard makes itself. c.mu held.
