@@ -50,13 +50,13 @@ import (
 //
 // The client's own statement is answered by the guard when it can give
 // PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit,
-// nothing unanswered, outside a transaction or in one that has reached the
-// server and is not aborted (not a BEGIN still deferred), a key the hold
-// reads as the server does, every parameter's type known (the Parse's, a
-// cast's, or the function's), and an answer without a NOTICE. Then a lock +
-// unlock costs the holder's two round trips, as a session's. Otherwise — as
-// a transaction's first statement, in an aborted one, a bad or NULL key, an
-// unlock of a key not held, a Parse only described — the statement goes to
+// nothing unanswered, outside a transaction or in one that is not aborted
+// (one whose BEGIN is still deferred keeps it for the next statement), a
+// key the hold reads as the server does, every parameter's type known (the
+// Parse's, a cast's, or the function's), and an answer without a NOTICE.
+// Then a lock + unlock costs the holder's two round trips, as a session's.
+// Otherwise — in an aborted transaction, a bad or NULL key, an unlock of a
+// key not held, a Parse only described — the statement goes to
 // the server as a stand-in of the same shape (same parameters and parameter
 // types, same result column name and type) that computes the answer the
 // lock call would give (void, or true/false), the server's errors
