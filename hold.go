@@ -348,7 +348,7 @@ func standIn(t byte, call lockscan.Call, args []holdArg, column string, answer, 
 // the call does. ok is false for anything the guard does not hold. c.mu held.
 func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result) (p *holdPlan, describe []byte, ok bool) {
 	if c.mode != poolmode.Transaction || name != "" || len(r.Calls) != 1 || len(r.Dynamic) != 0 ||
-		c.localAbort || c.reading != (lockscan.Settings{}) {
+		c.begin.aborted || c.reading != (lockscan.Settings{}) {
 		return nil, nil, false
 	}
 	call := r.Calls[0]
@@ -359,7 +359,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 	if !ok || (call.Op == lockscan.OpUnlockAll) != (len(args) == 0) {
 		return nil, nil, false
 	}
-	if c.predicted == 'E' || c.txStatus == 'E' && c.pendingBegin == "" {
+	if c.predicted == 'E' || c.txStatus == 'E' && c.begin.pending == "" {
 		// An aborted transaction: the server fails the stand-in (25P02),
 		// as it would the call, and nothing is held.
 		return nil, standIn(t, call, args, alias, true, true, paramTypes), true

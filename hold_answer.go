@@ -58,11 +58,11 @@ type holdLocal struct {
 // holdArgs read them, bind the Bind written after a Parse. c.mu held.
 func (c *guardConn) holdLocalShape(p *holdPlan, args []holdArg, column string, paramTypes []byte, bind *bindMsg) *holdLocal {
 	status := c.txStatus
-	if c.begin.takeBack != "" {
+	if c.begin.flight.takeBack != "" {
 		status = 'T' // a transaction open for the client only: nothing in it has run
 	}
-	if c.txStatus != 'I' && c.txStatus != 'T' || c.predicted != status || c.pendingBegin != "" || c.localAbort ||
-		c.begin.active && c.begin.takeBack == "" && c.ownSyncDue() == 0 ||
+	if c.txStatus != 'I' && c.txStatus != 'T' || c.predicted != status || c.begin.pending != "" || c.begin.aborted ||
+		c.begin.flight.active && c.begin.flight.takeBack == "" && c.ownSyncDue() == 0 ||
 		column == "" || len(column) > maxLocalColumn || len(args) != len(p.call.Args) {
 		return nil
 	}
@@ -287,7 +287,7 @@ func (c *guardConn) answerHeld(p *holdPlan, answer bool, out net.Buffers) bool {
 			at = i
 		case len(b) == 0:
 		case at >= 0 && i == at+1 && l.t == 'P' && len(b) == l.unitLen:
-		case c.begin.takeBack != "" && (at < 0 && &b[0] == &c.begin.prefix[0] || at >= 0 && c.begin.syncSent && &b[0] == &syncMessage[0]):
+		case c.begin.flight.takeBack != "" && (at < 0 && &b[0] == &c.begin.flight.prefix[0] || at >= 0 && c.begin.flight.syncSent && &b[0] == &syncMessage[0]):
 			begin = true // the deferred BEGIN, sent with this unit
 		default:
 			return false // other bytes share the write

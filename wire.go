@@ -136,12 +136,8 @@ type guardConn struct {
 	reading        lockscan.Settings
 	settingsInFlux bool
 
-	// Deferred BEGIN (WithPipelineBegin).
-	pendingBegin string       // BEGIN answered locally, not sent yet
-	begin        beginFlight  // the BEGIN sent in front of a transaction's first unit
-	localAbort   bool         // that BEGIN failed: the client's transaction is aborted here
-	local        []localReply // replies the guard makes itself, in order
-	swallow      atomic.Int32 // >0: the reader must look at every message (begin in flight)
+	begin deferredBegin // WithPipelineBegin (wire_begin.go)
+	local []localReply  // replies the guard makes itself, in order
 
 	// A Read blocked in the network while the writer queues a local reply
 	// is woken by a past read deadline; the caller's deadline is restored.
@@ -176,37 +172,6 @@ type guardConn struct {
 	more    []byte // drainPending's read buffer
 	rhdr    [5]byte
 	rhdrN   int // bytes of a passed-through message's header cut by the end of a read
-}
-
-// beginFlight tracks the replies owed for a deferred BEGIN sent in front
-// of the transaction's first unit: ParseComplete, BindComplete and
-// CommandComplete to drop, or the BEGIN's ErrorResponse.
-type beginFlight struct {
-	active    bool
-	dropped   int  // of the three replies
-	failed    bool // an ErrorResponse came instead
-	extraSync bool // a Sync goes after the unit's simple Query (its ReadyForQuery is dropped)
-	syncSent  bool
-	// syncSeenQuery: the Query's own ReadyForQuery has gone by.
-	syncSeenQuery bool
-	dropRFQ       bool // the next ReadyForQuery is the appended Sync's
-	// takeBack is the BEGIN's text and prefix is its messages while the
-	// unit they go in front of is the one being written: a held call
-	// answered here (answerHeld) takes the BEGIN back, to go with the
-	// next statement. Cleared when the next Write starts.
-	takeBack string
-	prefix   []byte
-}
-
-// ownSyncDue is 1 while the only ReadyForQuery still to come is that of
-// the Sync the guard wrote after a deferred BEGIN's simple Query: the
-// client has its Query's and waits for nothing. Else 0. Counts of what the
-// client left unanswered subtract it. c.mu held.
-func (c *guardConn) ownSyncDue() uint64 {
-	if b := &c.begin; b.active && b.dropRFQ && b.syncSeenQuery {
-		return 1
-	}
-	return 0
 }
 
 // localReply is a reply the guard answers itself. It goes to the reader once
@@ -342,7 +307,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 	)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.begin.takeBack, c.begin.prefix = "", nil // a BEGIN written before is the server's now
+	c.begin.flight.takeBack, c.begin.flight.prefix = "", nil // a BEGIN written before is the server's now
 	i := 0
 	for i < len(data) {
 		if c.wskip > 0 {
@@ -375,12 +340,12 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			// A large message (COPY data) goes through as it comes.
 			c.wskip = end - len(data)
 			switch {
-			case c.localAbort:
+			case c.begin.aborted:
 				c.answerAborted(t, nil)
 				out = append(out, data[segFrom:i])
 				segFrom = len(data)
 				c.wdrop = true
-			case c.pendingBegin != "":
+			case c.begin.pending != "":
 				out = append(out, data[segFrom:i], c.beginPrefix(t))
 				segFrom = i
 			}
@@ -389,27 +354,27 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 		}
 		var repl []byte
 		switch {
-		case c.localAbort && t != 'X':
+		case c.begin.aborted && t != 'X':
 			c.answerAborted(t, data[i:end])
 			repl = []byte{}
 		case t == 'Q' && i == 0 && end == len(data) && c.mayDeferBegin(data[5:end-1]):
 			// A BEGIN alone, as pgx's Begin sends it: answer it here and
 			// send it with the transaction's first statement.
-			c.pendingBegin = string(data[5 : end-1])
+			c.begin.pending = string(data[5 : end-1])
 			c.predicted = 'T'
-			c.answer(encodeMessage('C', []byte(lockscan.Transaction(c.pendingBegin).Tag()+"\x00")), encodeReady('T'))
+			c.answer(encodeMessage('C', []byte(lockscan.Transaction(c.begin.pending).Tag()+"\x00")), encodeReady('T'))
 			repl = []byte{}
-		case c.pendingBegin != "" && t == 'X':
-			c.pendingBegin = ""
-		case c.pendingBegin != "" && t == 'Q' && endsUnsent(bytesView(data[5:end-1])):
+		case c.begin.pending != "" && t == 'X':
+			c.begin.pending = ""
+		case c.begin.pending != "" && t == 'Q' && endsUnsent(bytesView(data[5:end-1])):
 			// A transaction that ran nothing: COMMIT or ROLLBACK here too.
 			tag := lockscan.Transaction(bytesView(data[5 : end-1])).Tag()
-			c.pendingBegin = ""
+			c.begin.pending = ""
 			c.predicted = c.txStatus
 			c.answer(encodeMessage('C', []byte(tag+"\x00")), encodeReady('I'))
 			repl = []byte{}
 		default:
-			if c.pendingBegin != "" {
+			if c.begin.pending != "" {
 				prefix := c.beginPrefix(t)
 				out = append(out, data[segFrom:i], prefix)
 				segFrom = i
@@ -419,8 +384,8 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			if err != nil {
 				return nil, err
 			}
-			if t == 'Q' && c.begin.active && c.begin.extraSync && !c.begin.syncSent {
-				c.begin.syncSent = true
+			if t == 'Q' && c.begin.flight.active && c.begin.flight.extraSync && !c.begin.flight.syncSent {
+				c.begin.flight.syncSent = true
 				c.sent++
 				if repl == nil {
 					repl = data[i:end]
@@ -444,302 +409,11 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 	return append(out, data[segFrom:]), nil
 }
 
-// message examines one whole frontend message. It returns the bytes to send
-// instead, or nil to send msg as is. after holds the messages written with
-// it (a Parse's Bind is read from there).
-func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
-	switch t {
-	case 'Q':
-		c.sent++
-		c.holdAlone = c.sent == c.recv+1+c.ownSyncDue()
-		text, ok := cstring(msg[5:])
-		if !ok {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
-		}
-		return c.statement(t, "", text, nil, nil), nil
-	case 'P':
-		c.holdAlone = !c.unit.open && c.sent == c.recv+c.ownSyncDue() && aloneInUnit(after)
-		c.unit.open = true
-		body := msg[5:]
-		name, ok := cstring(body)
-		if !ok {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "statement name not terminated"}
-		}
-		text, ok := cstring(body[len(name)+1:])
-		if !ok {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "query text not terminated"}
-		}
-		if name == "" {
-			c.unit.parsedUnnamed = true
-			c.unnamedHoldStandIn = false
-		} else if c.pooled() && !c.g.cfg.preparedOK {
-			return c.refuse(t, c.unsafeStatement(name, text)), nil
-		}
-		var bind []byte
-		if len(after) > 0 && after[0] == 'B' {
-			bind = after
-		}
-		return c.statement(t, name, text, body[len(name)+1+len(text)+1:], bind), nil
-	case 'B':
-		c.unit.open = true
-		body := msg[5:]
-		portal, ok := cstring(body)
-		if !ok {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "portal name not terminated"}
-		}
-		stmt, ok := cstring(body[len(portal)+1:])
-		if !ok {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "statement name not terminated"}
-		}
-		if stmt != "" && len(c.namedUnlocks) > 0 && !c.pooled() {
-			if repl := c.boundUnlock(stmt, msg); repl != nil {
-				return repl, nil
-			}
-		}
-		if stmt == "" && c.unnamedHoldStandIn {
-			// The unnamed statement is the stand-in of a lock call, parsed
-			// to be described: bound, nothing would hold the lock. In its
-			// own unit (Parse, Describe, Bind, Execute, Sync) the call was
-			// not alone with its Bind; in a later one its Parse is gone.
-			if c.unit.parsedUnnamed {
-				return c.refuse(t, &HoldUnitError{Func: c.unnamedHoldCall}), nil
-			}
-			return c.refuse(t, c.unsafeStatement("", "")), nil
-		}
-		if c.pooled() && !c.g.cfg.preparedOK {
-			if stmt != "" {
-				return c.refuse(t, c.unsafeStatement(stmt, "")), nil
-			}
-			if !c.unit.parsedUnnamed && c.predicted == 'I' {
-				// The unnamed statement was parsed in an earlier unit: behind
-				// a transaction pooler it may be another client's by now.
-				return c.refuse(t, c.unsafeStatement("", "")), nil
-			}
-		}
-	case 'F':
-		c.sent++ // a FunctionCall is answered up to a ReadyForQuery, as a Query
-		if len(msg) < 9 {
-			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "function call without a function"}
-		}
-		return c.functionCall(binary.BigEndian.Uint32(msg[5:9])), nil
-	case 'E', 'D', 'C', 'H':
-		c.unit.open = true
-	case 'S':
-		c.sent++
-		c.unit = unitState{}
-	}
-	return nil, nil
-}
-
-// statement applies the policy to one Query or Parse text and returns the
-// bytes to send instead of the message, or nil. For a Parse, paramTypes is
-// the rest of its body (the parameter type list) and bind the bytes from
-// the Bind written right after it, if any.
-func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bindBytes []byte) []byte {
-	if c.holds != nil {
-		if err := c.takeLost(); err != nil {
-			return c.refuse(t, err)
-		}
-	}
-	tx := lockscan.Transaction(text)
-	var pre settingsScan
-	if c.g.holdEnabled() {
-		pre = c.trackLockTimeout(text, tx)
-	}
-	switch {
-	case tx.Opens():
-		if c.mode == poolmode.Statement && (c.g.cfg.policy == PolicyReject || c.g.cfg.policy == PolicyRewrite || c.g.cfg.policy == PolicyHold) {
-			return c.refuse(t, &StatementPoolingError{What: "transaction"})
-		}
-		defer func() { c.predicted = 'T' }()
-	case tx.Ends():
-		defer func() { c.predicted = 'I'; c.taken = nil; c.xact = xactLocks{} }()
-	}
-	mayCall := c.g.mayIntercept(text)
-	if !mayCall && !lockscan.MayChangeSettings(text) {
-		return nil
-	}
-	// The scanner's cache and the errors keep the text: copy it out of the
-	// message buffer (trackLockTimeout's scan has a copy).
-	if pre.done {
-		text = pre.text
-	} else {
-		text = strings.Clone(text)
-	}
-	if c.settingsInFlux && mayCall {
-		// A statement earlier in this unit may have changed how the server
-		// reads this one, and its ParameterStatus has not come yet.
-		return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
-	}
-	r, err := pre.r, pre.err
-	if !pre.done {
-		r, err = c.g.scanner.ScanWith(text, c.reading)
-	}
-	if err != nil && !mayCall {
-		// Nothing in the text can name a lock function; what the parser
-		// could not read the server judges. It may change a setting.
-		c.settingsInFlux = true
-		return nil
-	}
-	if err == nil && r.ChangesReading() {
-		// standard_conforming_strings, client_encoding or backslash_quote
-		// change: until the server has answered (ParameterStatus), later
-		// text is read under settings the guard does not know yet. So is
-		// the code of this text that the server reads only when it runs.
-		defer func() { c.settingsInFlux = true }()
-		if mayCall && r.Deferred {
-			err = errSettingsChange
-		}
-	}
-	if !mayCall && err == nil {
-		return nil
-	}
-	return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), r, err)
-}
-
 // errSettingsChange makes a statement that may name a lock function
 // unscannable while the session's reading settings are changing: a later
 // statement of the same unit, or a body or EXECUTE of a text that changes
 // them.
 var errSettingsChange = fmt.Errorf("the statement is read while standard_conforming_strings, client_encoding or backslash_quote may be changing: %w", lockscan.ErrUnsupportedSettings)
-
-// decideScan applies the policy to the scan of one statement text and
-// returns the bytes to send instead of its message, or nil. c.mu held.
-func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
-	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
-		tookKey: func(call lockscan.Call) bool {
-			k, ok := argKey(text, call, bind)
-			return ok && c.taken[k] > 0
-		}}
-	if err == nil && c.pooled() && (c.g.cfg.policy == PolicyHold || c.g.cfg.policy == PolicyRewrite && c.predicted == 'I') {
-		if p, describe, ok := c.planHold(t, name, text, paramTypes, bind, r); ok {
-			switch {
-			case p == nil:
-				return describe
-			case c.hold != nil || !c.holdAlone:
-				return c.refuse(t, &HoldUnitError{Func: p.call.Func, Query: text, Position: p.call.Start + 1, Pending: c.hold != nil || c.sent > c.recv+1+c.ownSyncDue() || t == 'P' && c.sent > c.recv+c.ownSyncDue()})
-			}
-			if err := c.xactConflict(p); err != nil {
-				return c.refuse(t, err)
-			}
-			c.hold = p
-			return p.yes
-		}
-	}
-	if err == nil && c.pooled() && c.g.holdEnabled() {
-		if serr := c.selfConflict(text, r.Calls, lockscan.ScopeXact, bind, paramTypes); serr != nil {
-			return c.refuse(t, serr)
-		}
-	}
-	d := decide(text, r, err, in)
-	switch {
-	case d.err != nil || len(d.edits) == 0 || !c.g.holdEnabled():
-	case c.g.cfg.policy == PolicyHold:
-		// A rewrite gives a transaction's lock, not a session's: under
-		// hold, what cannot be held is refused.
-		for _, call := range r.Calls {
-			if call.Scope == lockscan.ScopeSession {
-				d.err = &HoldUnitError{Func: call.Func, Query: text, Position: call.Start + 1}
-				break
-			}
-		}
-	default:
-		d.err = c.selfConflict(text, d.rewrote, lockscan.ScopeSession, bind, paramTypes)
-	}
-	for _, w := range d.warnings {
-		c.g.warn(w, c.mode, text)
-	}
-	if d.err == nil && !c.pooled() {
-		if c.g.released.n.Load() > 0 {
-			d.err = c.releasedUnlock(text, r.Calls, bind)
-		}
-		if d.err == nil && t == 'P' && name != "" && hasUnlock(r.Calls) {
-			// Its Bind comes in a later unit (cache_statement): check the
-			// key there.
-			c.rememberUnlock(name, text, r.Calls)
-		}
-	}
-	if d.err != nil {
-		return c.refuse(t, d.err)
-	}
-	if c.predicted != 'I' && c.g.holdEnabled() {
-		c.noteXact(text, r.Calls, bind, paramTypes)
-	}
-	if d.sessionLock {
-		c.sessionLocked = true
-	}
-	if len(d.edits) == 0 {
-		return nil
-	}
-	if name != "" {
-		// A named statement may run again later, outside this
-		// transaction, where the guard sees only its Bind: never rewrite
-		// one (behind pooling named statements need
-		// WithPreparedStatements).
-		return c.refuse(t, &SessionLockError{Func: d.rewrote[0].Func, Query: text, Position: d.rewrote[0].Start + 1, Mode: c.mode, Policy: c.g.cfg.policy, InTx: true, Twin: d.rewrote[0].XactTwin(), Assumed: c.assumed()})
-	}
-	for _, call := range d.rewrote {
-		k, ok := argKey(text, call, bind)
-		if !ok {
-			continue // its unlock will return false, as for a key never taken
-		}
-		if c.taken == nil {
-			c.taken = make(map[string]int)
-		}
-		c.taken[k]++
-	}
-	c.traceRewritten(r.Calls)
-	edited := lockscan.ApplyEdits(text, d.edits)
-	if t == 'Q' {
-		return encodeMessage('Q', []byte(edited), []byte{0})
-	}
-	return encodeMessage('P', []byte{0}, []byte(edited), []byte{0}, paramTypes)
-}
-
-// assumed reports that the connection's pool mode is the fail-safe, not
-// known. c.mu held.
-func (c *guardConn) assumed() bool {
-	return !c.modeKnown || c.evidence.Source == poolmode.SourceFallback
-}
-
-// pooled reports whether session locks are unsafe on this connection
-// (transaction or statement pooling, or a mode not known yet). c.mu held.
-func (c *guardConn) pooled() bool { return !c.mode.SessionLocksSafe() }
-
-// unsafeStatement is the error for a named prepared statement (or an
-// unnamed one from an earlier unit) behind transaction or statement pooling.
-func (c *guardConn) unsafeStatement(name, text string) error {
-	return &UnsafeStatementError{Name: strings.Clone(name), Query: strings.Clone(text), Mode: c.mode, Assumed: c.assumed()}
-}
-
-// refuse records err and returns the message to send in place of the
-// refused one: a text the server rejects at parse time, before anything in
-// it (or after it, up to the next Sync) runs. c.mu held.
-func (c *guardConn) refuse(t byte, err error) []byte {
-	unit := c.sent
-	if t != 'Q' && t != 'F' {
-		unit = c.sent + 1 // ends at the next Sync
-	}
-	c.traceRefused(c.mode, err, 0)
-	return c.refuseAt(t, err, unit)
-}
-
-// refuseAt is refuse for a message of the unit ending with ReadyForQuery
-// number unit. c.mu held.
-func (c *guardConn) refuseAt(t byte, err error, unit uint64) []byte {
-	c.seq++
-	marker := refusalMarker + strconv.FormatUint(c.seq, 10)
-	pos := 0
-	var pe interface{ position() int }
-	if errors.As(err, &pe) {
-		pos = pe.position()
-	}
-	c.refusals = append(c.refusals, refusal{marker: marker, err: err, code: sqlStateOf(err), pos: pos, unit: unit})
-	if t == 'Q' || t == 'F' {
-		return encodeMessage('Q', []byte(marker), []byte{0})
-	}
-	return encodeMessage('P', []byte{0}, []byte(marker), []byte{0, 0, 0})
-}
 
 // syncMessage is a Sync the guard adds to a unit.
 var syncMessage = []byte{'S', 0, 0, 0, 4}
@@ -768,110 +442,6 @@ func cstring(b []byte) (string, bool) {
 		return "", false
 	}
 	return unsafe.String(unsafe.SliceData(b), i), true
-}
-
-// bindMsg is the part of a Bind message the rewrite needs: the parameter
-// values, to tell which key an unlock names.
-type bindMsg struct {
-	formats []int16
-	values  [][]byte // nil for SQL NULL
-	// unit is the Bind and the messages written after it, for a held
-	// call answered here (hold_answer.go).
-	unit []byte
-}
-
-// parseBind decodes the Bind message at the start of b, or returns nil.
-func parseBind(b []byte) *bindMsg {
-	if len(b) < 5 {
-		return nil
-	}
-	n := int(binary.BigEndian.Uint32(b[1:]))
-	if n < 4 || 1+n > len(b) {
-		return nil
-	}
-	var m pgproto3.Bind
-	if m.Decode(b[5:1+n]) != nil {
-		return nil
-	}
-	return &bindMsg{formats: m.ParameterFormatCodes, values: m.Parameters, unit: b}
-}
-
-// argKey returns the canonical key of the lock call names, from the
-// arguments lockscan read (call.Args): "(k)" for the bigint form, "(a,b)"
-// for the two-integer form, each integer in decimal (a literal, a quoted
-// integer or the value bound to $n, casts aside), "NULL" for a NULL, and
-// the prefix "shared" for a shared lock, as heldKeys spells the locks of
-// pg_locks. ok is false when an argument is not one of those. The text is
-// not read: lockscan has read it.
-func argKey(_ string, call lockscan.Call, bind *bindMsg) (string, bool) {
-	if call.Kind != lockscan.KindCall || len(call.Args) == 0 || len(call.Args) > 2 {
-		return "", false
-	}
-	b := make([]byte, 0, 32)
-	if call.Shared {
-		b = append(b, "shared"...)
-	}
-	b = append(b, '(')
-	for i, a := range call.Args {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		v := a.Value
-		switch a.Kind {
-		case lockscan.ArgInt, lockscan.ArgString:
-		case lockscan.ArgNull:
-			v = "NULL"
-		case lockscan.ArgParam:
-			var ok bool
-			if v, ok = bind.param(a.Param); !ok {
-				return "", false
-			}
-		default:
-			return "", false
-		}
-		if v == "NULL" {
-			b = append(b, v...)
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return "", false
-		}
-		b = strconv.AppendInt(b, n, 10)
-	}
-	return string(append(b, ')')), true
-}
-
-// format returns the format code of parameter n (1-based).
-func (m *bindMsg) format(n int) int16 {
-	switch {
-	case len(m.formats) == 1:
-		return m.formats[0]
-	case len(m.formats) >= n:
-		return m.formats[n-1]
-	}
-	return 0
-}
-
-// param returns parameter n (1-based) as text.
-func (m *bindMsg) param(n int) (string, bool) {
-	if m == nil || n < 1 || n > len(m.values) {
-		return "", false
-	}
-	v := m.values[n-1]
-	if v == nil {
-		return "NULL", true
-	}
-	if m.format(n) == 0 {
-		return string(v), true
-	}
-	switch len(v) {
-	case 4:
-		return strconv.FormatInt(int64(int32(binary.BigEndian.Uint32(v))), 10), true
-	case 8:
-		return strconv.FormatInt(int64(binary.BigEndian.Uint64(v)), 10), true
-	}
-	return "", false
 }
 
 // Read hands the reader the backend's bytes, watching ReadyForQuery,
@@ -1012,7 +582,7 @@ func (c *guardConn) SetReadDeadline(t time.Time) error {
 func (c *guardConn) localDue() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.local) == 0 || c.local[0].after > c.recv || c.begin.active {
+	if len(c.local) == 0 || c.local[0].after > c.recv || c.begin.flight.active {
 		return false
 	}
 	c.ready = append(c.ready, c.takeLocal()...)
@@ -1065,7 +635,7 @@ func (c *guardConn) drainPending() error {
 // buffer (so the part returned is delivered from there).
 func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 	i := 0
-	swallowing := c.swallow.Load() > 0 // changes only in observe
+	swallowing := c.begin.swallow.Load() > 0 // changes only in observe
 	for i < len(b) {
 		if c.rskip > 0 {
 			n := min(c.rskip, len(b)-i)
@@ -1148,7 +718,7 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			c.pending = append(c.pending, b[end:]...)
 			return i, nil
 		}
-		swallowing = c.swallow.Load() > 0
+		swallowing = c.begin.swallow.Load() > 0
 		i = end
 	}
 	return i, nil
@@ -1159,7 +729,7 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 func (c *guardConn) observe(t byte, body []byte) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t == 'Z' && len(body) == 1 && len(c.holdNotices) > 0 && !c.begin.active {
+	if t == 'Z' && len(body) == 1 && len(c.holdNotices) > 0 && !c.begin.flight.active {
 		for len(c.holdNotices) > 0 && c.holdNotices[0].after <= c.recv {
 			c.holdNotices = c.holdNotices[1:] // its unit is gone by
 		}
@@ -1183,7 +753,7 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 		c.g.statementPooling.Store(true)
 		c.mode, c.evidence.Source = poolmode.Statement, poolmode.SourcePoolerRefusal
 	}
-	if c.begin.active {
+	if c.begin.flight.active {
 		if repl, done := c.observeBegin(t, body); done {
 			return repl
 		}
@@ -1251,72 +821,6 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 	return nil
 }
 
-// mayDeferBegin reports whether a lone Query with text q can be answered
-// here and sent with the transaction's first statement. c.mu held.
-func (c *guardConn) mayDeferBegin(q []byte) bool {
-	if !c.g.cfg.pipelineBegin || c.mode == poolmode.Statement || c.sent != c.recv || c.txStatus != 'I' ||
-		c.pendingBegin != "" || c.localAbort || c.begin.active || len(c.local) > 0 {
-		return false
-	}
-	tx := lockscan.Transaction(unsafe.String(unsafe.SliceData(q), len(q)))
-	return tx.Opens() && tx.Lone
-}
-
-// endsUnsent reports whether query, sent while the transaction's BEGIN is
-// still deferred, is a lone COMMIT or ROLLBACK that the guard answers
-// itself: the transaction ran nothing on the server. (PREPARE TRANSACTION
-// goes to the server, with its BEGIN.)
-func endsUnsent(query string) bool {
-	tx := lockscan.Transaction(query)
-	return tx.Lone && tx.Ends() && tx.Kind != lockscan.TxPrepare
-}
-
-// beginPrefix returns the deferred BEGIN as extended-protocol messages
-// without a Sync, to go in front of message type t, the first of the
-// transaction's first unit: if the BEGIN fails, the server skips the rest
-// of the unit up to its Sync, so none of the transaction's statements runs
-// outside a transaction. A simple Query gets a Sync after it (the server
-// skips a Query while it skips to a Sync, and needs one to answer). c.mu held.
-func (c *guardConn) beginPrefix(t byte) []byte {
-	text := c.pendingBegin
-	c.pendingBegin = ""
-	c.swallow.Store(1)
-	var b []byte
-	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
-	b, _ = (&pgproto3.Bind{}).Encode(b)
-	b, _ = (&pgproto3.Execute{}).Encode(b)
-	c.begin = beginFlight{active: true, extraSync: t == 'Q', takeBack: text, prefix: b}
-	return b
-}
-
-// takeBackBegin undoes beginPrefix when out is the deferred BEGIN's prefix
-// and one unit the guard answers itself: the BEGIN is deferred again, and
-// its messages (and the Sync after a simple Query) are left out of out.
-// It reports whether out held the prefix. c.mu held.
-func (c *guardConn) takeBackBegin(out net.Buffers) bool {
-	b := &c.begin
-	if b.takeBack == "" {
-		return false
-	}
-	found := false
-	for i, buf := range out {
-		if len(buf) > 0 && (&buf[0] == &b.prefix[0] || b.syncSent && &buf[0] == &syncMessage[0]) {
-			found = found || &buf[0] == &b.prefix[0]
-			out[i] = nil
-		}
-	}
-	if !found {
-		return false
-	}
-	c.pendingBegin = b.takeBack
-	if b.syncSent {
-		c.sent-- // the Sync is not written
-	}
-	c.begin = beginFlight{}
-	c.swallow.Store(0)
-	return true
-}
-
 // answer queues a reply the guard makes itself. c.mu held.
 func (c *guardConn) answer(parts ...[]byte) {
 	var b []byte
@@ -1331,103 +835,7 @@ func (c *guardConn) answer(parts ...[]byte) {
 	}
 }
 
-// answerAborted answers one message of a transaction whose deferred BEGIN
-// failed, as PostgreSQL answers in an aborted transaction: every statement
-// fails with 25P02 until COMMIT or ROLLBACK, which end it as ROLLBACK. The
-// message is not sent. c.mu held.
-func (c *guardConn) answerAborted(t byte, msg []byte) {
-	switch t {
-	case 'Q':
-		if len(msg) > 5 && lockscan.Transaction(bytesView(msg[5:len(msg)-1])).Ends() {
-			c.localAbort = false
-			c.unit = unitState{}
-			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
-			return
-		}
-		c.answer(abortedError(), encodeReady('E'))
-	case 'S':
-		if !c.unit.open {
-			c.answer(encodeReady('E'))
-		} else {
-			c.answer(encodeReady('E'))
-		}
-		c.unit = unitState{}
-	case 'H':
-	default:
-		if !c.unit.open {
-			c.unit.open = true
-			c.answer(abortedError())
-		}
-	}
-}
-
-func abortedError() []byte {
-	b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "25P02",
-		Message: "current transaction is aborted, commands ignored until end of transaction block"}).Encode(nil)
-	return b
-}
-
 func encodeReady(status byte) []byte { return []byte{'Z', 0, 0, 0, 5, status} }
-
-// observeBegin handles the replies of a deferred BEGIN in flight. done
-// reports that the message was dealt with (repl is its replacement: empty
-// to drop it, nil to pass it on). c.mu held.
-func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
-	b := &c.begin
-	switch {
-	case !b.failed && b.dropped < 3 && (t == '1' || t == '2' || t == 'C'):
-		b.dropped++
-		if b.dropped == 3 {
-			if b.extraSync {
-				b.dropRFQ = true
-			} else {
-				c.endBegin()
-			}
-		}
-		return []byte{}, true
-	case !b.failed && b.dropped < 3 && t == 'E':
-		// The BEGIN failed; the server skips the unit up to its Sync. The
-		// client reads this error for its first statement.
-		b.failed = true
-		return nil, true
-	case t == 'Z' && len(body) == 1 && b.failed:
-		// The Sync's ReadyForQuery ends the unit. The server is outside a
-		// transaction; the client's transaction is aborted.
-		c.recv++
-		if b.extraSync {
-			c.recv++ // the skipped Query gets no ReadyForQuery of its own
-		}
-		c.txStatus = body[0]
-		c.endBegin()
-		c.localAbort = true
-		c.predicted = 'E'
-		out := encodeReady('E')
-		if len(c.local) > 0 && c.local[0].after <= c.recv {
-			out = append(out, c.takeLocal()...)
-		}
-		return out, true
-	case t == 'Z' && len(body) == 1 && b.dropRFQ:
-		// The simple Query's own ReadyForQuery goes to the client (it is
-		// handled as usual); the appended Sync's is dropped.
-		if !b.syncSeenQuery {
-			b.syncSeenQuery = true
-			return nil, false
-		}
-		c.recv++
-		c.txStatus = body[0]
-		c.endBegin()
-		if len(c.local) > 0 && c.local[0].after <= c.recv {
-			return c.takeLocal(), true
-		}
-		return []byte{}, true
-	}
-	return nil, false
-}
-
-func (c *guardConn) endBegin() {
-	c.begin = beginFlight{}
-	c.swallow.Store(0)
-}
 
 // takeLocal removes and returns the local replies due now. c.mu held.
 func (c *guardConn) takeLocal() []byte {
@@ -1451,24 +859,6 @@ func normalizeDefault(v, def string) string {
 
 // bytesView is b as a string without a copy, for reading only while b is.
 func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// releasedUnlock returns a *ReleasedLockError for an unlock of a key the
-// leak guard released, or nil.
-func (c *guardConn) releasedUnlock(text string, calls []lockscan.Call, bind *bindMsg) error {
-	for _, call := range calls {
-		if call.Op != lockscan.OpUnlock || call.Kind != lockscan.KindCall {
-			continue
-		}
-		k, ok := argKey(text, call, bind)
-		if !ok {
-			continue
-		}
-		if at, ok := c.g.released.take(k); ok {
-			return &ReleasedLockError{Func: call.Func, Key: strings.TrimPrefix(k, "shared"), At: at, Position: call.Start + 1}
-		}
-	}
-	return nil
-}
 
 // Advisory-lock functions by OID, for FunctionCall messages, which name the
 // function by OID and carry no text (the OIDs of built-ins are fixed).
@@ -1496,27 +886,6 @@ var lockFuncByOID = map[uint32]lockscan.Call{
 	3096: {Func: "pg_try_advisory_xact_lock_shared", Scope: lockscan.ScopeXact, Op: lockscan.OpTryLock, Shared: true},
 }
 
-// functionCall applies the policy to a FunctionCall of the function with
-// OID oid: a call with no text, so nothing can be rewritten. c.mu held.
-func (c *guardConn) functionCall(oid uint32) []byte {
-	call, ok := lockFuncByOID[oid]
-	if !ok {
-		return nil
-	}
-	d := decide("", lockscan.Result{Calls: []lockscan.Call{call}}, nil,
-		policyInput{mode: c.mode, assumed: c.assumed(), inTx: false, policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic})
-	for _, w := range d.warnings {
-		c.g.warn(w, c.mode, "FunctionCall "+call.Func)
-	}
-	if d.err != nil {
-		return c.refuse('F', d.err)
-	}
-	if d.sessionLock {
-		c.sessionLocked = true
-	}
-	return nil
-}
-
 // isPoolerRefusal reports whether the ErrorResponse body is PgBouncer's
 // refusal of a transaction behind statement pooling (and not, say, a
 // server error that quotes the same words).
@@ -1538,49 +907,6 @@ func isPoolerRefusal(body []byte) bool {
 	return e.Code == "08P01" && e.Message == statementPoolingRefusal
 }
 
-// namedUnlock is a named prepared statement that unlocks: its keys are
-// known only at each Bind.
-type namedUnlock struct {
-	text  string
-	calls []lockscan.Call
-}
-
 // maxNamedUnlocks bounds the named unlock statements remembered per
 // connection.
 const maxNamedUnlocks = 64
-
-func hasUnlock(calls []lockscan.Call) bool {
-	for _, call := range calls {
-		if call.Op == lockscan.OpUnlock && call.Kind == lockscan.KindCall {
-			return true
-		}
-	}
-	return false
-}
-
-// rememberUnlock keeps a named unlock statement for its Binds. c.mu held.
-func (c *guardConn) rememberUnlock(name, text string, calls []lockscan.Call) {
-	if c.namedUnlocks == nil {
-		c.namedUnlocks = make(map[string]namedUnlock)
-	}
-	if len(c.namedUnlocks) >= maxNamedUnlocks {
-		for k := range c.namedUnlocks {
-			delete(c.namedUnlocks, k)
-			break
-		}
-	}
-	c.namedUnlocks[strings.Clone(name)] = namedUnlock{text: text, calls: calls}
-}
-
-// boundUnlock checks the Bind msg of a remembered named unlock statement
-// against the locks the leak guard released. c.mu held.
-func (c *guardConn) boundUnlock(stmt string, msg []byte) []byte {
-	u, ok := c.namedUnlocks[stmt]
-	if !ok || c.g.released.n.Load() == 0 {
-		return nil
-	}
-	if err := c.releasedUnlock(u.text, u.calls, parseBind(msg)); err != nil {
-		return c.refuse('B', err)
-	}
-	return nil
-}

@@ -1,0 +1,231 @@
+package pgadvisory
+
+import (
+	"net"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgadvisory/pgadvisory/lockscan"
+	"github.com/pgadvisory/pgadvisory/poolmode"
+)
+
+// The deferred BEGIN (WithPipelineBegin): a BEGIN alone is answered here and
+// sent in front of the transaction's first unit, so that a transaction
+// costs no round trip of its own.
+//
+// Its life: mayDeferBegin answers a lone BEGIN (pending). The first
+// statement after it takes it out (beginPrefix): the BEGIN goes as Parse,
+// Bind, Execute in front of the statement's unit, without a Sync of its own,
+// so that if it fails the server skips the rest of the unit; a simple Query
+// gets a Sync after it. The read side then drops the BEGIN's three replies
+// (observeBegin) or, if it failed, passes its error on and answers the
+// client's transaction as aborted (answerAborted) until it ends. A COMMIT or
+// ROLLBACK with nothing in between is answered here (endsUnsent), and a held
+// lock call the guard answers itself takes the BEGIN back (takeBackBegin),
+// to go with the next statement.
+
+// deferredBegin is the deferred BEGIN's state. c.mu held, except swallow,
+// which the read side loads without it.
+type deferredBegin struct {
+	pending string       // BEGIN answered locally, not sent yet
+	flight  beginFlight  // the BEGIN sent in front of a transaction's first unit
+	aborted bool         // that BEGIN failed: the client's transaction is aborted here
+	swallow atomic.Int32 // >0: the reader must look at every message (begin in flight)
+}
+
+// beginFlight tracks the replies owed for a deferred BEGIN sent in front
+// of the transaction's first unit: ParseComplete, BindComplete and
+// CommandComplete to drop, or the BEGIN's ErrorResponse.
+type beginFlight struct {
+	active    bool
+	dropped   int  // of the three replies
+	failed    bool // an ErrorResponse came instead
+	extraSync bool // a Sync goes after the unit's simple Query (its ReadyForQuery is dropped)
+	syncSent  bool
+	// syncSeenQuery: the Query's own ReadyForQuery has gone by.
+	syncSeenQuery bool
+	dropRFQ       bool // the next ReadyForQuery is the appended Sync's
+	// takeBack is the BEGIN's text and prefix is its messages while the
+	// unit they go in front of is the one being written: a held call
+	// answered here (answerHeld) takes the BEGIN back, to go with the
+	// next statement. Cleared when the next Write starts.
+	takeBack string
+	prefix   []byte
+}
+
+// ownSyncDue is 1 while the only ReadyForQuery still to come is that of
+// the Sync the guard wrote after a deferred BEGIN's simple Query: the
+// client has its Query's and waits for nothing. Else 0. Counts of what the
+// client left unanswered subtract it. c.mu held.
+func (c *guardConn) ownSyncDue() uint64 {
+	if b := &c.begin.flight; b.active && b.dropRFQ && b.syncSeenQuery {
+		return 1
+	}
+	return 0
+}
+
+// mayDeferBegin reports whether a lone Query with text q can be answered
+// here and sent with the transaction's first statement. c.mu held.
+func (c *guardConn) mayDeferBegin(q []byte) bool {
+	if !c.g.cfg.pipelineBegin || c.mode == poolmode.Statement || c.sent != c.recv || c.txStatus != 'I' ||
+		c.begin.pending != "" || c.begin.aborted || c.begin.flight.active || len(c.local) > 0 {
+		return false
+	}
+	tx := lockscan.Transaction(unsafe.String(unsafe.SliceData(q), len(q)))
+	return tx.Opens() && tx.Lone
+}
+
+// endsUnsent reports whether query, sent while the transaction's BEGIN is
+// still deferred, is a lone COMMIT or ROLLBACK that the guard answers
+// itself: the transaction ran nothing on the server. (PREPARE TRANSACTION
+// goes to the server, with its BEGIN.)
+func endsUnsent(query string) bool {
+	tx := lockscan.Transaction(query)
+	return tx.Lone && tx.Ends() && tx.Kind != lockscan.TxPrepare
+}
+
+// beginPrefix returns the deferred BEGIN as extended-protocol messages
+// without a Sync, to go in front of message type t, the first of the
+// transaction's first unit: if the BEGIN fails, the server skips the rest
+// of the unit up to its Sync, so none of the transaction's statements runs
+// outside a transaction. A simple Query gets a Sync after it (the server
+// skips a Query while it skips to a Sync, and needs one to answer). c.mu held.
+func (c *guardConn) beginPrefix(t byte) []byte {
+	text := c.begin.pending
+	c.begin.pending = ""
+	c.begin.swallow.Store(1)
+	var b []byte
+	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
+	b, _ = (&pgproto3.Bind{}).Encode(b)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	c.begin.flight = beginFlight{active: true, extraSync: t == 'Q', takeBack: text, prefix: b}
+	return b
+}
+
+// takeBackBegin undoes beginPrefix when out is the deferred BEGIN's prefix
+// and one unit the guard answers itself: the BEGIN is deferred again, and
+// its messages (and the Sync after a simple Query) are left out of out.
+// It reports whether out held the prefix. c.mu held.
+func (c *guardConn) takeBackBegin(out net.Buffers) bool {
+	b := &c.begin.flight
+	if b.takeBack == "" {
+		return false
+	}
+	found := false
+	for _, buf := range out {
+		found = found || len(buf) > 0 && &buf[0] == &b.prefix[0]
+	}
+	if !found {
+		return false
+	}
+	for i, buf := range out {
+		if len(buf) > 0 && (&buf[0] == &b.prefix[0] || b.syncSent && &buf[0] == &syncMessage[0]) {
+			out[i] = nil
+		}
+	}
+	c.begin.pending = b.takeBack
+	if b.syncSent {
+		c.sent-- // the Sync is not written
+	}
+	c.begin.flight = beginFlight{}
+	c.begin.swallow.Store(0)
+	return true
+}
+
+// answerAborted answers one message of a transaction whose deferred BEGIN
+// failed, as PostgreSQL answers in an aborted transaction: every statement
+// fails with 25P02 until COMMIT or ROLLBACK, which end it as ROLLBACK. The
+// message is not sent. c.mu held.
+func (c *guardConn) answerAborted(t byte, msg []byte) {
+	switch t {
+	case 'Q':
+		if len(msg) > 5 && lockscan.Transaction(bytesView(msg[5:len(msg)-1])).Ends() {
+			c.begin.aborted = false
+			c.unit = unitState{}
+			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
+			return
+		}
+		c.answer(abortedError(), encodeReady('E'))
+	case 'S':
+		if !c.unit.open {
+			c.answer(encodeReady('E'))
+		} else {
+			c.answer(encodeReady('E'))
+		}
+		c.unit = unitState{}
+	case 'H':
+	default:
+		if !c.unit.open {
+			c.unit.open = true
+			c.answer(abortedError())
+		}
+	}
+}
+
+func abortedError() []byte {
+	b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "25P02",
+		Message: "current transaction is aborted, commands ignored until end of transaction block"}).Encode(nil)
+	return b
+}
+
+// observeBegin handles the replies of a deferred BEGIN in flight. done
+// reports that the message was dealt with (repl is its replacement: empty
+// to drop it, nil to pass it on). c.mu held.
+func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
+	b := &c.begin.flight
+	switch {
+	case !b.failed && b.dropped < 3 && (t == '1' || t == '2' || t == 'C'):
+		b.dropped++
+		if b.dropped == 3 {
+			if b.extraSync {
+				b.dropRFQ = true
+			} else {
+				c.endBegin()
+			}
+		}
+		return []byte{}, true
+	case !b.failed && b.dropped < 3 && t == 'E':
+		// The BEGIN failed; the server skips the unit up to its Sync. The
+		// client reads this error for its first statement.
+		b.failed = true
+		return nil, true
+	case t == 'Z' && len(body) == 1 && b.failed:
+		// The Sync's ReadyForQuery ends the unit. The server is outside a
+		// transaction; the client's transaction is aborted.
+		c.recv++
+		if b.extraSync {
+			c.recv++ // the skipped Query gets no ReadyForQuery of its own
+		}
+		c.txStatus = body[0]
+		c.endBegin()
+		c.begin.aborted = true
+		c.predicted = 'E'
+		out := encodeReady('E')
+		if len(c.local) > 0 && c.local[0].after <= c.recv {
+			out = append(out, c.takeLocal()...)
+		}
+		return out, true
+	case t == 'Z' && len(body) == 1 && b.dropRFQ:
+		// The simple Query's own ReadyForQuery goes to the client (it is
+		// handled as usual); the appended Sync's is dropped.
+		if !b.syncSeenQuery {
+			b.syncSeenQuery = true
+			return nil, false
+		}
+		c.recv++
+		c.txStatus = body[0]
+		c.endBegin()
+		if len(c.local) > 0 && c.local[0].after <= c.recv {
+			return c.takeLocal(), true
+		}
+		return []byte{}, true
+	}
+	return nil, false
+}
+
+func (c *guardConn) endBegin() {
+	c.begin.flight = beginFlight{}
+	c.begin.swallow.Store(0)
+}
