@@ -86,10 +86,13 @@ func (g *guard) detect(ctx context.Context, pc *pgconn.PgConn) error {
 	case poolmode.Unknown:
 	case poolmode.Direct:
 		// No round trip (a declared mode costs none): a BackendKeyData PID
-		// of 0, 1 or above Linux's largest process ID cannot be a
-		// PostgreSQL backend's (pgdetect.NoBackendPID). Poolers send random 32-bit PIDs, so this catches all
-		// but about one connection in a thousand behind one.
-		if pid := pc.PID(); pgdetect.NoBackendPID(pid) {
+		// above Linux's largest process ID cannot be a PostgreSQL
+		// backend's. Poolers send random 32-bit PIDs, so this catches all
+		// but about one connection in a thousand behind one. (0 and 1, no
+		// backend's either, are no pooler's random PID: a declared direct
+		// connection to a server that sends them, such as a test's
+		// scripted one, is left alone, as plain pgx leaves it.)
+		if pid := pc.PID(); pid > pgdetect.MaxBackendPID {
 			return fmt.Errorf("pgadvisory: pool mode declared direct, but a connection pooler answers (BackendKeyData PID %d is no PostgreSQL backend's): session-level locks would leak; declare pgadvisory_pool_mode=session|transaction|statement, or leave it to detection", pid)
 		}
 		return nil

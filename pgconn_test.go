@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,4 +211,36 @@ func pidServer(t *testing.T, pid uint32) (string, <-chan []string) {
 		}
 	}()
 	return ln.Addr().String(), queries
+}
+
+// TestDeclaredDirectPID: a connection declared direct costs no round trip;
+// it is refused only when its BackendKeyData PID is a pooler's random one
+// (above 2^22). A server that sends 0 or 1, as a test's scripted server
+// does, is left alone, as plain pgx leaves it.
+func TestDeclaredDirectPID(t *testing.T) {
+	for _, tc := range []struct {
+		pid     uint32
+		refused bool
+	}{{0, false}, {1, false}, {4242, false}, {1 << 22, false}, {1<<22 + 1, true}, {1 << 31, true}} {
+		t.Run(strconv.FormatUint(uint64(tc.pid), 10), func(t *testing.T) {
+			addr, queries := pidServer(t, tc.pid)
+			host, port, _ := net.SplitHostPort(addr)
+			cfg, err := pgconn.ParseConfig("host=" + host + " port=" + port + " user=app database=app sslmode=disable " + pgadvisory.ParamPoolMode + "=direct")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pgadvisory.ConfigurePgconn(cfg); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			pc, err := pgconn.ConnectConfig(ctx, cfg)
+			if err == nil {
+				pc.Close(ctx)
+			}
+			if got := <-queries; len(got) > 0 || (err != nil) != tc.refused || tc.refused && !strings.Contains(err.Error(), "declared direct") {
+				t.Errorf("PID %d: queries %q, err %v; want none, refused=%v", tc.pid, got, err, tc.refused)
+			}
+		})
+	}
 }
