@@ -41,10 +41,20 @@ const (
 	// connection that went back to its pool (direct and session mode).
 	// Event.Err is the *LeakedLockError, which says what was done.
 	EventLeaked
+	// EventNotAcquired: a held try-lock call (pg_try_advisory_lock[_shared])
+	// found the key held by another session and answered false; nothing
+	// is held. Event.Wait is how long asking took.
+	EventNotAcquired
+	// EventCanceled: the caller ended a held lock call's wait (its
+	// context or deadline, or Close) before the key was held; nothing is
+	// held, and pgx returns the caller's error. Event.Wait is how long it
+	// waited.
+	EventCanceled
 )
 
 var eventNames = [...]string{EventRefused: "refused", EventRewritten: "rewritten", EventHeld: "held",
-	EventReleased: "released", EventLost: "lost", EventLeaked: "leaked"}
+	EventReleased: "released", EventLost: "lost", EventLeaked: "leaked", EventNotAcquired: "not_acquired",
+	EventCanceled: "canceled"}
 
 // String returns the kind's lower-case name ("refused", "held", ...), fit
 // for a metric label.
@@ -83,10 +93,11 @@ type Event struct {
 	// *LeakedLockError of a leak.
 	Err error
 	// Wait is how long a held lock call took before its key was held
-	// (EventHeld) or before it was refused (EventRefused after a wait:
-	// lock_timeout, statement_timeout, the pooler's query_wait_timeout):
-	// opening or reusing a holder connection, and polling while another
-	// session held the key. Zero for every other event.
+	// (EventHeld), before it was refused (EventRefused after a wait:
+	// lock_timeout, statement_timeout, the pooler's query_wait_timeout),
+	// not acquired (EventNotAcquired) or given up by its caller
+	// (EventCanceled): opening or reusing a holder connection, and polling
+	// while another session held the key. Zero for every other event.
 	Wait time.Duration
 }
 
@@ -134,8 +145,8 @@ type TracerFunc func(Event)
 func (f TracerFunc) TraceGuardEvent(ev Event) { f(ev) }
 
 // WithTracer sets the Tracer that receives what the guard does: refusals,
-// rewrites, held, released and lost locks with their waits, and leaked
-// locks (see Event). Unset, which is the default, the guard's only cost is
+// rewrites, held, released and lost locks with their waits, try-locks not
+// acquired, waits the caller ended, and leaked locks (see Event). Unset, which is the default, the guard's only cost is
 // a nil check where an event would be: no allocation, no time read. A DSN
 // cannot carry a tracer: give it as an option to ParseConfig,
 // ParsePoolConfig, ConfigureConn, ConfigurePool, ConfigurePgconn,
@@ -229,20 +240,33 @@ func (c *guardConn) traceHoldStart(p *holdPlan) holdTrace {
 	return holdTrace{start: time.Now(), had: c.holds != nil && c.holds.keys[p.key] != nil}
 }
 
-// traceHoldEnd queues what running p gave: a key newly held, or a
-// refusal after its wait (holds run only under transaction pooling).
-// c.wmu held.
+// traceHoldEnd queues what running p gave: a key newly held, a try-lock
+// not acquired, a wait the caller ended, or a refusal after its wait (holds
+// run only under transaction pooling). c.wmu held.
 func (c *guardConn) traceHoldEnd(tr holdTrace, p *holdPlan, res holdResult, err error) {
-	if c.g.cfg.tracer == nil || err != nil {
-		return // err: the wait was cut short by the caller's deadline or Close
+	if c.g.cfg.tracer == nil {
+		return
 	}
+	taking := p.op == lockscan.OpLock || p.op == lockscan.OpTryLock
+	ev := Event{Mode: poolmode.Transaction, Func: p.call.Func, Key: p.key.String(), Shared: p.shared}
 	switch {
+	case err != nil:
+		if !errors.Is(err, errHoldCanceled) || !taking {
+			return // the connection failed: pgx reports it
+		}
+		ev.Kind = EventCanceled
 	case res.err != nil:
-		c.traceRefused(poolmode.Transaction, res.err, time.Since(tr.start)) // a hold runs only there
-	case p.op != lockscan.OpLock && p.op != lockscan.OpTryLock || !res.answer || tr.had:
+		c.traceRefused(poolmode.Transaction, res.err, time.Since(tr.start))
+		return
+	case !taking || tr.had:
+		return // an unlock, or a key held already
+	case res.answer:
+		ev.Kind = EventHeld
 	default:
-		c.queue(Event{Kind: EventHeld, Mode: poolmode.Transaction, Func: p.call.Func, Key: p.key.String(), Shared: p.shared, Wait: time.Since(tr.start)})
+		ev.Kind = EventNotAcquired
 	}
+	ev.Wait = time.Since(tr.start)
+	c.queue(ev)
 }
 
 // traceReleased queues the release of held key. c.wmu held.

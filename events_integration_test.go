@@ -1,6 +1,7 @@
 package pgadvisory_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -57,8 +58,10 @@ func timed(f func()) time.Duration {
 // TestIntegrationEventsHold: under policy hold through transaction pooling,
 // taking a key reports held (with the wait, bounded by the call's own
 // time), taking it again re-entrantly reports nothing, its last unlock
-// reports released, a wait ended by lock_timeout reports the refusal with
-// its wait, and Close releases what is still held.
+// reports released, a try-lock of a key held elsewhere reports it not
+// acquired, a wait its caller ends reports it canceled, a wait ended by
+// lock_timeout reports the refusal with its wait, and Close releases what
+// is still held.
 func TestIntegrationEventsHold(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	holdLeaks(t)
@@ -105,11 +108,23 @@ func TestIntegrationEventsHold(t *testing.T) {
 	if tryLock(t, a, k) {
 		t.Fatal("a: try-lock of b's key: true")
 	}
-	la.want(t) // not taken: nothing
+	if ev := la.want(t, pgadvisory.EventNotAcquired)[0]; ev.Key != "(9301)" || ev.Func != "pg_try_advisory_lock" || ev.Wait <= 0 {
+		t.Fatalf("not-acquired event %+v", ev)
+	}
+	// A wait a's caller ends (its context) reports the wait given up.
+	waitCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := a.Exec(waitCtx, "SELECT pg_advisory_lock($1)", k)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock behind b's with a 100ms context: %v, want context.DeadlineExceeded", err)
+	}
+	if ev := la.want(t, pgadvisory.EventCanceled)[0]; ev.Key != "(9301)" || ev.Func != "pg_advisory_lock" || ev.Wait <= 0 {
+		t.Fatalf("canceled event %+v", ev)
+	}
+	a = holdConn(t, holdDSN(t, c), pgadvisory.WithTracer(la)) // pgx closed a: its write was cut
 	if _, err := a.Exec(ctx, "SET lock_timeout = '50ms'"); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	took = timed(func() { _, err = a.Exec(ctx, "SELECT pg_advisory_lock($1)", k) })
 	if !pgconnCode(err, "55P03") {
 		t.Fatalf("lock behind b's: %v, want lock_timeout (55P03)", err)
