@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 	"github.com/pgadvisory/pgadvisory/poolmode/pgdetect"
@@ -77,7 +79,7 @@ func runDetect(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	ev := pc.Evidence()
-	printDetection(stdout, pc.PoolMode(), ev)
+	printDetection(stdout, pc.PoolMode(), ev, dsnPolicy(fs.Arg(0)))
 	if ev.AdminError != "" && !*fallback {
 		// The conclusion above comes from the fallback evidence; an
 		// operator who asked for the admin console (flags or DSN
@@ -110,7 +112,21 @@ func probeTransaction(ctx context.Context, dc driver.Conn) error {
 	return tx.Commit()
 }
 
-func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
+// dsnPolicy returns the policy dsn declares (pgadvisory_policy), or the
+// default. NewConnector has checked the value.
+func dsnPolicy(dsn string) pgadvisory.Policy {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return pgadvisory.PolicyReject
+	}
+	p, err := pgadvisory.ParsePolicy(cfg.RuntimeParams[pgadvisory.ParamPolicy])
+	if err != nil {
+		return pgadvisory.PolicyReject
+	}
+	return p
+}
+
+func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence, p pgadvisory.Policy) {
 	var conclusion string
 	switch ev.Source {
 	case poolmode.SourceDeclared:
@@ -156,12 +172,12 @@ func printDetection(w io.Writer, m poolmode.Mode, ev poolmode.Evidence) {
 		fmt.Fprintln(w, "  probe transaction (BEGIN; SELECT 1; COMMIT): refused by the pooler (transaction blocks not allowed in statement pooling mode)")
 	}
 	fmt.Fprintln(w, "recommended settings:")
-	for _, r := range recommendations(m, ev) {
+	for _, r := range recommendations(m, ev, p) {
 		fmt.Fprintf(w, "  - %s\n", r)
 	}
 }
 
-func recommendations(m poolmode.Mode, ev poolmode.Evidence) []string {
+func recommendations(m poolmode.Mode, ev poolmode.Evidence, p pgadvisory.Policy) []string {
 	var rs []string
 	switch m {
 	case poolmode.Direct, poolmode.Session:
@@ -172,9 +188,26 @@ func recommendations(m poolmode.Mode, ev poolmode.Evidence) []string {
 			rs = append(rs, "add pgadvisory_pool_mode=session to the DSN to skip detection")
 		}
 	case poolmode.Transaction:
+		const holdNeeds = "the driver holds each lock on a server connection of its own, so the pooler's pool_size must exceed the keys held at once"
+		switch p {
+		case pgadvisory.PolicyHold:
+			rs = append(rs,
+				"session-level lock calls alone in their statement are held for their connection (pgadvisory_policy=hold, from the DSN): "+holdNeeds,
+				"transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock) need no holder connection")
+		case pgadvisory.PolicyRewrite:
+			rs = append(rs,
+				"session-level lock calls are rewritten to transaction-level ones inside a transaction and held in autocommit (pgadvisory_policy=rewrite, from the DSN): "+holdNeeds,
+				"prefer transaction-level locks written as such (pg_advisory_xact_lock, advisory.WithXactLock)")
+		case pgadvisory.PolicyWarn, pgadvisory.PolicyAllow:
+			rs = append(rs,
+				"session-level lock calls are sent as written (pgadvisory_policy="+p.String()+", from the DSN): they leak to other clients here; use reject (the default), rewrite or hold",
+				"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock)")
+		default:
+			rs = append(rs,
+				"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock); session-level ones are refused (pgadvisory_policy=reject, the default)",
+				"for migration tools and leader election, which need session locks, set pgadvisory_policy=hold: "+holdNeeds)
+		}
 		rs = append(rs,
-			"use transaction-level locks inside a transaction (pg_advisory_xact_lock, advisory.WithXactLock); session-level ones are refused (pgadvisory_policy=reject, the default)",
-			"for migration tools and leader election, which need session locks, set pgadvisory_policy=hold: the driver holds each lock on a server connection of its own, so the pooler's pool_size must exceed the keys held at once",
 			"default_query_exec_mode: leave it unset (the driver uses cache_describe) or choose cache_describe, exec or simple_protocol; set pgadvisory_prepared_statements=true only for PgBouncer >= 1.21 with max_prepared_statements > 0")
 		if ev.Source == poolmode.SourceFallback {
 			rs = append(rs, "if the pooler really runs in session mode, declare pgadvisory_pool_mode=session, or pass admin-console credentials (-admin-user, $"+adminPasswordEnv+") so the mode can be read from SHOW POOLS")

@@ -43,6 +43,10 @@ func TestDetectAgainstHarness(t *testing.T) {
 		{"statement-no-admin", []string{c.DSN(pgbouncer.Statement)}, []string{"statement pooling mode (it refused a transaction)", "pool mode:  statement", "source: pooler_refusal", "probe transaction (BEGIN; SELECT 1; COMMIT): refused", "cannot work behind statement pooling"}},
 		{"statement-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Statement)}, []string{"PgBouncer in statement pooling mode", "pool_mode=statement"}},
 		{"transaction-admin", []string{"-admin-user", c.AdminUser(), c.DSN(pgbouncer.Transaction)}, []string{"PgBouncer in transaction pooling mode", "pool_mode=transaction", "bouncer", "cache_describe"}},
+		// The DSN's policy shapes the advice: no "set pgadvisory_policy=hold"
+		// to a DSN that has it.
+		{"transaction-admin-hold", []string{"-admin-user", c.AdminUser(), dsnWith(t, c.DSN(pgbouncer.Transaction), "pgadvisory_policy=hold")}, []string{"pool_mode=transaction", "held for their connection (pgadvisory_policy=hold, from the DSN)", "need no holder"}},
+		{"transaction-admin-warn", []string{"-admin-user", c.AdminUser(), dsnWith(t, c.DSN(pgbouncer.Transaction), "pgadvisory_policy=warn")}, []string{"sent as written (pgadvisory_policy=warn, from the DSN): they leak"}},
 		{"session-admin-dsn", []string{"-admin-dsn", c.AdminDSN(pgbouncer.Session), c.DSN(pgbouncer.Session)}, []string{"PgBouncer in session pooling mode", "pool_mode=session"}},
 	}
 	t.Run("wrong-admin-password", func(t *testing.T) {
@@ -104,9 +108,26 @@ func TestDetectAgainstHarness(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", w, out.String())
 				}
 			}
+			if strings.HasSuffix(tc.name, "-hold") && strings.Contains(out.String(), "set pgadvisory_policy=hold") {
+				t.Errorf("advises the DSN's own policy:\n%s", out.String())
+			}
 			if strings.Contains(out.String()+errb.String(), c.AdminPassword()) {
 				t.Error("admin password printed")
 			}
 		})
+	}
+}
+
+// dsnWith adds a key=value parameter to dsn, a URL or key=value pairs.
+func dsnWith(t *testing.T, dsn, param string) string {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://"):
+		if strings.Contains(dsn, "?") {
+			return dsn + "&" + param
+		}
+		return dsn + "?" + param
+	default:
+		return dsn + " " + param
 	}
 }
