@@ -389,9 +389,17 @@ func (c *Conn) warnSessionLockKept(ctx context.Context) {
 		return
 	}
 	if c.c.warnedKept.CompareAndSwap(false, true) {
-		c.c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per connector)",
-			slog.Int("locks", len(keys)), slog.String("pool_mode", c.PoolMode().String()))
+		logPooledSessionLocks(ctx, c.c.cfg.logger, len(keys), c.PoolMode())
 	}
+}
+
+// logPooledSessionLocks logs that a connection went back to the
+// database/sql pool holding n session-level advisory locks, on the server
+// (direct, session pooling) or on holders (policy hold). The callers log it
+// once per connector.
+func logPooledSessionLocks(ctx context.Context, l *slog.Logger, n int, m poolmode.Mode) {
+	l.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per connector)",
+		slog.Int("locks", n), slog.String("pool_mode", m.String()))
 }
 
 func (c *Conn) guard(ctx context.Context) error {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -1063,7 +1062,7 @@ func (c *guardConn) holdLost() bool {
 	return c.holds != nil && c.holds.lost.Load() != nil
 }
 
-// warnPooledHold logs, once per configuration, that a connection went back
+// warnPooledHold logs, once per connector, that a connection went back
 // to a database/sql pool holding session locks: they stay with it, as a
 // session's locks do, but the pool may hand it to another goroutine.
 func (c *guardConn) warnPooledHold(ctx context.Context) {
@@ -1071,8 +1070,8 @@ func (c *guardConn) warnPooledHold(ctx context.Context) {
 		return
 	}
 	c.g.warnPooled.Do(func() {
-		c.g.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "pgadvisory: a connection went back to the database/sql pool holding session-level advisory locks; they stay with that connection until unlocked or closed, as on PostgreSQL, but the pool may hand it to another goroutine: take and release session locks on one *sql.Conn (db.Conn(ctx)) (logged once per configuration)",
-			slog.Int("held_keys", int(c.heldCount.Load())))
+		m, _, _ := c.PoolMode()
+		logPooledSessionLocks(ctx, c.g.cfg.logger, int(c.heldCount.Load()), m)
 	})
 }
 
