@@ -145,23 +145,27 @@ type guardConn struct {
 	interrupted  bool
 	readDeadline time.Time // the caller's
 
-	// Held session locks (PolicyHold; hold.go).
-	pc                 *pgconn.Config                // the connection's config, for holder connections
-	hold               *holdPlan                     // a lone lock call planned by frontend, run by Write (wmu)
-	holds              *heldLocks                    // wmu
-	heldCount          atomic.Int32                  // keys in holds, for the read side
-	lastLost           atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
-	unnamedHoldStandIn bool                          // the unnamed statement is a described stand-in
-	unnamedHoldCall    string                        // its lock function, when parsed to be described
-	holdAlone          bool                          // the message being examined is alone in its unit, nothing before it unanswered
-	xact               xactLocks                     // transaction-level locks of the open transaction (self-conflicts)
-	timeouts           holdTimeouts                  // the session's lock_timeout and statement_timeout, as far as the guard saw them
-	holdNotices        []localReply                  // WARNINGs to show before ReadyForQuery number after
-	holdCancel         func()                        // ends a hold's wait
-	holdTimer          *time.Timer
-	writeDeadline      time.Time
-	closed             bool
-	events             []Event // for the tracer, once c.wmu is let go (events.go)
+	// Held session locks (PolicyHold; hold.go). Set once before the
+	// connection is used:
+	pc *pgconn.Config // the connection's config, for holder connections
+	// Under wmu (the write side runs the holds):
+	hold   *holdPlan  // a lone lock call planned by frontend, run by Write
+	holds  *heldLocks // the keys held, each on its holder
+	events []Event    // for the tracer, once wmu is let go (events.go)
+	// Atomic, for the read side and the pools' hooks:
+	heldCount atomic.Int32                  // keys in holds
+	lastLost  atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
+	// Under mu:
+	unnamedHoldStandIn bool         // the unnamed statement is a described stand-in
+	unnamedHoldCall    string       // its lock function, when parsed to be described
+	holdAlone          bool         // the message being examined is alone in its unit, nothing before it unanswered
+	xact               xactLocks    // transaction-level locks of the open transaction (self-conflicts)
+	timeouts           holdTimeouts // the session's lock_timeout and statement_timeout, as far as the guard saw them
+	holdNotices        []localReply // WARNINGs to show before ReadyForQuery number after
+	holdCancel         func()       // ends a hold's wait (holdContext)
+	holdTimer          *time.Timer  // calls holdCancel at writeDeadline
+	writeDeadline      time.Time    // the caller's
+	closed             bool         // Close has begun: a hold's wait ends at once
 
 	// Read side (held while reading).
 	rmu     sync.Mutex
