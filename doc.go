@@ -128,7 +128,9 @@
 // The mode is declared (WithPoolMode, pgadvisory_pool_mode) or detected on
 // every new physical connection (pgconn's AfterConnect, package poolmode/pgdetect):
 // a ParameterStatus announcing it; else the BackendKeyData PID compared with
-// SELECT pg_backend_pid() — one round trip, equal means direct; else
+// SELECT pg_backend_pid() — one round trip, equal means direct, and none
+// when the PID is one no backend can have (0, 1, above 2^22: PgBouncer's
+// are random 32-bit numbers), which only a pooler sends; else
 // PgBouncer's admin console (SHOW POOLS) when credentials are given, one
 // probe shared by concurrent connections; else transaction mode (fail
 // safe), and errors and one log line say "pool mode unknown, assumed
