@@ -55,12 +55,15 @@ import (
 // Parse's, a cast's, or the function's), and an answer without a NOTICE.
 // Then a lock + unlock costs the holder's two round trips, as a session's.
 // Otherwise — in an aborted transaction, a bad or NULL key, an unlock of a
-// key not held, a Parse only described — the statement goes to
-// the server as a stand-in of the same shape (same parameters and parameter
-// types, same result column name and type) that computes the answer the
-// lock call would give (void, or true/false), the server's errors
-// included. Either way pgx's statement caches, row decoding and
-// database/sql's scanning see exactly what PostgreSQL would send.
+// key not held, a Parse only described, a shape it does not answer — the
+// statement goes to the server as a stand-in of the same shape (same
+// parameters and parameter types, same result column name and type) that
+// computes the answer the lock call would give (void, or true/false), the
+// server's errors included. Either way pgx's statement caches, row decoding
+// and database/sql's scanning see exactly what PostgreSQL would send. A
+// stand-in that goes with a deferred BEGIN is skipped by the server if the
+// BEGIN fails: the key it took is then let go again (runUndo) before the
+// client's next statement.
 const (
 	holdPollMin         = 2 * time.Millisecond
 	holdPollMax         = 100 * time.Millisecond
@@ -769,6 +772,15 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	if res.err == nil && res.notice == nil && c.answerHeld(p, res.answer, out) {
 		return nil
 	}
+	if res.err == nil && res.answer && (p.op == lockscan.OpLock || p.op == lockscan.OpTryLock) {
+		c.mu.Lock()
+		if c.begin.flight.takeBack != "" {
+			// The stand-in goes with the deferred BEGIN, which, should it
+			// fail, makes the server skip it: undo the hold then.
+			c.begin.flight.undo = p
+		}
+		c.mu.Unlock()
+	}
 	msg := p.yes
 	switch {
 	case res.err != nil:
@@ -790,6 +802,23 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 		}
 	}
 	return &ProtocolError{Direction: "frontend", Type: p.t, Msg: "held lock call lost from its write"}
+}
+
+// runUndo lets go of the key of a held call whose stand-in the server
+// skipped (its deferred BEGIN failed): as one unlock of it in its mode, so
+// that the connection holds the key as often as the server granted it.
+// It runs at the start of the client's next Write, before anything the
+// client does after it saw the error. c.wmu held.
+func (c *guardConn) runUndo() {
+	c.mu.Lock()
+	p := c.undoHold
+	c.undoHold = nil
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	unlock := &holdPlan{op: lockscan.OpUnlock, shared: p.shared, key: p.key, call: p.call, t: p.t}
+	_, _ = c.runHold(unlock) // a holder that fails to let go ends, which frees the key
 }
 
 // holdTimeouts are the session's lock_timeout and statement_timeout as far

@@ -474,3 +474,64 @@ func TestIntegrationHoldDescribeBeforeBind(t *testing.T) {
 	}
 	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
 }
+
+// failBegin is an AfterNetConnect, installed below the guard, that makes
+// the server fail the deferred BEGIN the guard sends in front of a
+// transaction's first statement (pgx's "begin" becomes a BEGIN the server
+// rejects with 42601), as a read-write BEGIN fails on a hot standby.
+func failBegin(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+	return &beginBreaker{Conn: conn}, nil
+}
+
+type beginBreaker struct{ net.Conn }
+
+var (
+	deferredBeginParse, _ = (&pgproto3.Parse{Query: "begin"}).Encode(nil)
+	brokenBeginParse, _   = (&pgproto3.Parse{Query: "BEGIN ISOLATION LEVEL bogus"}).Encode(nil)
+)
+
+func (c *beginBreaker) Write(b []byte) (int, error) {
+	if !bytes.Contains(b, deferredBeginParse) {
+		return c.Conn.Write(b)
+	}
+	if _, err := c.Conn.Write(bytes.Replace(b, deferredBeginParse, brokenBeginParse, 1)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// TestIntegrationHoldUndoWhenBeginFails: a held lock call the guard does
+// not answer itself (a result column past what it answers) goes to the
+// server as a stand-in after the hold took the key; as a transaction's
+// first statement it goes with the deferred BEGIN. When that BEGIN fails,
+// the server skips the call, and the client gets the BEGIN's error, as on
+// a session where BEGIN failed and no lock was taken: the hold lets the
+// key go before the client's next statement, so the server holds nothing
+// and the connection does not hold the key.
+func TestIntegrationHoldUndoWhenBeginFails(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	ctx := t.Context()
+	conn := connectHooked(t, holdDSN(t, c), true, failBegin)
+	const key = 93601
+	column := strings.Repeat("k", 61) // answered by the stand-in (maxLocalColumn)
+	for _, q := range []string{"SELECT pg_advisory_lock(93601) AS " + column, "SELECT pg_try_advisory_lock(93601) AS " + column} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, q)
+		if !pgconnCode(err, "42601") {
+			t.Fatalf("%s as the first statement after a BEGIN the server fails: %v, want the BEGIN's 42601", q, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantLocks(t, c) // let go at the ROLLBACK's write
+	}
+	// The connection does not hold the key: a lock + unlock leaves it free.
+	if !tryLock(t, conn, key) || !unlock(t, conn, key) || unlock(t, conn, key) {
+		t.Fatal("after the undo, one try-lock + unlock should leave the key free (the second unlock false)")
+	}
+	wantLocks(t, c)
+}

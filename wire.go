@@ -162,6 +162,7 @@ type guardConn struct {
 	xact               xactLocks    // transaction-level locks of the open transaction (self-conflicts)
 	timeouts           holdTimeouts // the session's lock_timeout and statement_timeout, as far as the guard saw them
 	holdNotices        []localReply // WARNINGs to show before ReadyForQuery number after
+	undoHold           *holdPlan    // a held call the server skipped: its key goes before the next Write's
 	holdCancel         func()       // ends a hold's wait (holdContext)
 	holdTimer          *time.Timer  // calls holdCancel at writeDeadline
 	writeDeadline      time.Time    // the caller's
@@ -240,6 +241,7 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		c.wpart = nil
 	}
 	c.hold = nil
+	c.runUndo()
 	out, err := c.frontend(data)
 	if err != nil {
 		return 0, err

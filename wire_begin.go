@@ -53,6 +53,11 @@ type beginFlight struct {
 	// next statement. Cleared when the next Write starts.
 	takeBack string
 	prefix   []byte
+	// undo is the held call whose stand-in went with this BEGIN after the
+	// hold took its key: if the BEGIN fails, the server skips the call,
+	// and the key is let go again (undoHold) before the client's next
+	// statement.
+	undo *holdPlan
 }
 
 // ownSyncDue is 1 while the only ReadyForQuery still to come is that of
@@ -199,6 +204,7 @@ func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
 			c.recv++ // the skipped Query gets no ReadyForQuery of its own
 		}
 		c.txStatus = body[0]
+		c.undoHold = b.undo // the skipped call took nothing on the server
 		c.endBegin()
 		c.begin.aborted = true
 		c.predicted = 'E'
