@@ -51,11 +51,12 @@ import (
 // PostgreSQL's reply exactly (hold_answer.go): the call alone in its unit,
 // nothing unanswered, outside a transaction or in one that is not aborted
 // (one whose BEGIN is still deferred keeps it for the next statement), a
-// key the hold reads as the server does, every parameter's type known (the
-// Parse's, a cast's, or the function's), and an answer without a NOTICE.
-// Then a lock + unlock costs the holder's two round trips, as a session's.
-// Otherwise — in an aborted transaction, a bad or NULL key, an unlock of a
-// key not held, a Parse only described, a shape it does not answer — the
+// key the hold reads as the server does, and every parameter's type known
+// (the Parse's, a cast's, or the function's); an unlock of a key not held
+// gets the server's WARNING in the server's place. Then a lock + unlock
+// costs the holder's two round trips, as a session's. Otherwise — in an
+// aborted transaction, a bad or NULL key, a Parse only described, a shape
+// it does not answer — the
 // statement goes to the server as a stand-in of the same shape (same
 // parameters and parameter types, same result column name and type) that
 // computes the answer the lock call would give (void, or true/false), the
@@ -769,7 +770,7 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	if err != nil {
 		return err
 	}
-	if res.err == nil && res.notice == nil && c.answerHeld(p, res.answer, out) {
+	if res.err == nil && c.answerHeld(p, res.answer, res.notice, out) {
 		return nil
 	}
 	if res.err == nil && res.answer && (p.op == lockscan.OpLock || p.op == lockscan.OpTryLock) {

@@ -233,8 +233,10 @@ func plainInteger(s string) bool {
 }
 
 // reply returns the server's answer to the unit for a call answering
-// answer (ignored for void).
-func (l *holdLocal) reply(answer bool) []byte {
+// answer (ignored for void), with notice (a NoticeResponse, or nil) where
+// the server sends a notice its function raises: after the row's
+// description, before the row.
+func (l *holdLocal) reply(answer bool, notice []byte) []byte {
 	field := pgproto3.FieldDescription{Name: []byte(l.column), DataTypeOID: oidBool, DataTypeSize: 1, TypeModifier: -1}
 	var value []byte
 	switch {
@@ -265,15 +267,17 @@ func (l *holdLocal) reply(answer bool) []byte {
 	if l.t == 'Q' || l.describe != 0 {
 		b, _ = (&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{field}}).Encode(b)
 	}
+	b = append(b, notice...)
 	b, _ = (&pgproto3.DataRow{Values: [][]byte{value}}).Encode(b)
 	b, _ = (&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}).Encode(b)
 	return append(b, encodeReady(l.status)...)
 }
 
 // answerHeld answers p's unit here, in place of its stand-in in out, when
-// p has a local answer and out is the unit alone. It reports whether it
+// p has a local answer and out is the unit alone; notice is the WARNING of
+// an unlock of a key not held, or nil. It reports whether it
 // did. c.wmu held, c.mu not held.
-func (c *guardConn) answerHeld(p *holdPlan, answer bool, out net.Buffers) bool {
+func (c *guardConn) answerHeld(p *holdPlan, answer bool, notice []byte, out net.Buffers) bool {
 	l := p.local
 	if l == nil {
 		return false
@@ -305,6 +309,6 @@ func (c *guardConn) answerHeld(p *holdPlan, answer bool, out net.Buffers) bool {
 		// without a Parse is refused, as after a described stand-in.
 		c.unnamedHoldStandIn = true
 	}
-	c.answer(l.reply(answer))
+	c.answer(l.reply(answer, notice))
 	return true
 }
