@@ -34,11 +34,19 @@ type HoldUnitError struct {
 	// Pending says statements written before it were still unanswered
 	// (else: the call shared its unit with other statements).
 	Pending bool
+	// FirstInTransaction says the call is an unlock, in a form the guard
+	// does not answer itself, as the first statement of a transaction
+	// whose BEGIN goes with it: the server would skip it if the BEGIN
+	// failed, after the unlock took effect.
+	FirstInTransaction bool
 }
 
 func (e *HoldUnitError) Error() string {
 	why := "it is not a lone call (SELECT pg_advisory_lock(...)) alone in its round trip (a batch, a pipeline or a statement with others)"
-	if e.Pending {
+	switch {
+	case e.FirstInTransaction:
+		return fmt.Sprintf("pgadvisory: %s refused under policy hold: it is an unlock in a form the guard does not answer itself, as its transaction's first statement, so it would take effect before the server ran the transaction's BEGIN; write the key as an integer literal or parameter, or unlock outside the transaction or after another statement in it", e.Func)
+	case e.Pending:
 		why = "statements written before it are still unanswered (a pipeline)"
 	}
 	return fmt.Sprintf("pgadvisory: %s refused under policy hold: %s, so the lock could not follow the server's answer; send the lock call alone, after the replies to earlier statements", e.Func, why)

@@ -765,7 +765,15 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	p := c.hold
 	c.hold = nil
 	tr := c.traceHoldStart(p)
-	res, err := c.runHold(p)
+	var res holdResult
+	var err error
+	if c.unlockSkippable(p, out) {
+		// An unlock takes effect when it is written: it must not go where
+		// the server may skip it.
+		res.err = &HoldUnitError{Func: p.call.Func, Query: p.query, Position: p.call.Start + 1, FirstInTransaction: true}
+	} else {
+		res, err = c.runHold(p)
+	}
 	c.traceHoldEnd(tr, p, res, err)
 	if err != nil {
 		return err
@@ -803,6 +811,24 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 		}
 	}
 	return &ProtocolError{Direction: "frontend", Type: p.t, Msg: "held lock call lost from its write"}
+}
+
+// unlockSkippable reports whether p is an unlock whose stand-in would go
+// with the deferred BEGIN in out: the guard does not answer it itself, and
+// the server skips it if the BEGIN fails, after the unlock took effect,
+// which no undo can take back (another session may take the key at once).
+// c.wmu held.
+func (c *guardConn) unlockSkippable(p *holdPlan, out net.Buffers) bool {
+	if p.op != lockscan.OpUnlock && p.op != lockscan.OpUnlockAll {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.begin.flight.takeBack == "" {
+		return false
+	}
+	fits, _ := c.fitsLocal(p, out)
+	return !fits
 }
 
 // runUndo lets go of the key of a held call whose stand-in the server

@@ -273,6 +273,30 @@ func (l *holdLocal) reply(answer bool, notice []byte) []byte {
 	return append(b, encodeReady(l.status)...)
 }
 
+// fitsLocal reports whether out is p's unit alone, as answerHeld answers
+// it: p's stand-in (and, for a Parse, the rest of its unit), and at most
+// the deferred BEGIN sent in front of it (begin). c.mu held.
+func (c *guardConn) fitsLocal(p *holdPlan, out net.Buffers) (fits, begin bool) {
+	l := p.local
+	if l == nil {
+		return false, false
+	}
+	at := -1
+	for i, b := range out {
+		switch {
+		case len(b) > 0 && &b[0] == &p.yes[0]:
+			at = i
+		case len(b) == 0:
+		case at >= 0 && i == at+1 && l.t == 'P' && len(b) == l.unitLen:
+		case c.begin.flight.takeBack != "" && (at < 0 && &b[0] == &c.begin.flight.prefix[0] || at >= 0 && c.begin.flight.syncSent && &b[0] == &syncMessage[0]):
+			begin = true // the deferred BEGIN, sent with this unit
+		default:
+			return false, false // other bytes share the write
+		}
+	}
+	return at >= 0, begin
+}
+
 // answerHeld answers p's unit here, in place of its stand-in in out, when
 // p has a local answer and out is the unit alone; notice is the WARNING of
 // an unlock of a key not held, or nil. It reports whether it
@@ -284,20 +308,8 @@ func (c *guardConn) answerHeld(p *holdPlan, answer bool, notice []byte, out net.
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, begin := -1, false
-	for i, b := range out {
-		switch {
-		case len(b) > 0 && &b[0] == &p.yes[0]:
-			at = i
-		case len(b) == 0:
-		case at >= 0 && i == at+1 && l.t == 'P' && len(b) == l.unitLen:
-		case c.begin.flight.takeBack != "" && (at < 0 && &b[0] == &c.begin.flight.prefix[0] || at >= 0 && c.begin.flight.syncSent && &b[0] == &syncMessage[0]):
-			begin = true // the deferred BEGIN, sent with this unit
-		default:
-			return false // other bytes share the write
-		}
-	}
-	if at < 0 || begin && !c.takeBackBegin(out) {
+	fits, begin := c.fitsLocal(p, out)
+	if !fits || begin && !c.takeBackBegin(out) {
 		return false
 	}
 	for i := range out {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -596,4 +597,49 @@ func replySummary(t *testing.T, reply []byte) string {
 		fmt.Fprintf(&b, "N{%s %s %s} ", nr.Severity, nr.Code, nr.Message)
 	}
 	return b.String()
+}
+
+// TestIntegrationHoldUnlockFirstInTransaction: an unlock the guard does not
+// answer itself, as the first statement of a transaction whose BEGIN goes
+// with it, is refused whole (*HoldUnitError, PA009) and releases nothing:
+// it would take effect when written, and the server skips it if the BEGIN
+// fails. After another statement of the transaction, or outside one, it is
+// held and released as on a session.
+func TestIntegrationHoldUnlockFirstInTransaction(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	ctx := t.Context()
+	conn := holdConn(t, holdDSN(t, c))
+	const key = 93602
+	unlockQ := "SELECT pg_advisory_unlock(93602) AS " + strings.Repeat("u", 61) // answered by a stand-in
+	if !tryLock(t, conn, key) {
+		t.Fatal("try-lock: false")
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, unlockQ)
+	if !pgconnCode(err, pgadvisory.SQLStateHoldFailed) || !errors.Is(pgadvisory.Refusal(err), pgadvisory.ErrHoldFailed) || !strings.Contains(err.Error(), "transaction's first statement") {
+		t.Fatalf("unlock as the first statement of a transaction: %v, want the HoldUnitError refusal (PA009) for it", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c, "93602/ExclusiveLock") // nothing released
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := tx.QueryRow(ctx, unlockQ).Scan(&ok); err != nil || !ok {
+		t.Fatalf("unlock after another statement of the transaction: %v, %v; want true", ok, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c)
 }
