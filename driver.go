@@ -146,7 +146,10 @@ func Wrap(inner driver.Connector, opts ...Option) (*Connector, error) {
 	return c, nil
 }
 
-// OpenDB is sql.OpenDB(NewConnector(dsn, opts...)).
+// OpenDB is sql.OpenDB(NewConnector(dsn, opts...)). Unlike pgx's
+// stdlib.OpenDB, which takes a pgx.ConnConfig and cannot fail, it takes the
+// DSN and returns the error of a bad DSN or option at once; for a
+// pgx.ConnConfig, use sql.OpenDB(NewConnectorConfig(cfg)).
 func OpenDB(dsn string, opts ...Option) (*sql.DB, error) {
 	c, err := NewConnector(dsn, opts...)
 	if err != nil {
