@@ -42,7 +42,7 @@ const (
 
 var (
 	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
-	allVariants  = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}
+	allVariants  = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
 	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
 )
 
@@ -82,7 +82,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
-	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool, g pgxadvisory.WithXactLock+guarded pgxpool, h the seed's Begin/SET LOCAL/try-lock/Commit over a guarded and a plain pgxpool, i session lock+unlock under policy hold (PgBouncer transaction pooling) and plain (session pooling), 1 worker")
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool, g pgxadvisory.WithXactLock+guarded pgxpool, h the seed's Begin/SET LOCAL/try-lock/Commit over a guarded and a plain pgxpool, i session lock+unlock under policy hold (PgBouncer transaction pooling) and plain (session pooling), 1 worker, j raw pgx Batch on a database/sql connection (ceiling for database/sql)")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
 	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
 	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
@@ -342,7 +342,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	}()
 
 	locks, err := o.lockVariants()
-	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}, {Num: "h", Den: "h-plain"}, {Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
+	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}, {Num: "b", Den: "j"}, {Num: "c", Den: "j"}, {Num: "j", Den: "e"}, {Num: "h", Den: "h-plain"}, {Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
 	if err != nil {
 		return err
 	}
@@ -536,6 +536,8 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 				vs = append(vs, bench.XactLock("c", "WithXactLock, pgadvisory driver", bench.PgadvisoryDriver, dsn, path, o.lockTimeout))
 			case "e":
 				vs = append(vs, bench.PgxBatch("e", safe, path, o.lockTimeout))
+			case "j":
+				vs = append(vs, bench.SQLBatch("j", safe, path, o.lockTimeout))
 			case "f":
 				vs = append(vs, bench.PgxXactLock("f", safe, path, o.lockTimeout))
 			case "g":
@@ -657,6 +659,7 @@ func (o *benchOptions) notes() []string {
 		fmt.Sprintf("Through PgBouncer, (a), (b), (e) and (f) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
 		"(d) uses redsync's defaults: 8 s expiry, up to 32 tries 50–250 ms apart, quorum of a majority; a contended Redlock sleeps and retries where PostgreSQL queues the waiter, so its contended latency is dominated by the retry delay.",
 		"(g) is (f) over a guarded pgxpool (pgadvisory.ConfigurePool, as pgadvisory.ParsePoolConfig makes it; the DSN as (c) gets it), which pipelines BEGIN with the lock: two round trips. (h) is the widely copied try-lock pattern unchanged (pool.Begin, SET LOCAL lock_timeout, SELECT pg_try_advisory_xact_lock($1), Commit) over a guarded pgxpool, beside (h-plain), the same over a plain pgxpool; a try that finds the key taken counts as a cycle in both.",
+		"(j) is (e)'s cycle on a connection taken from a database/sql pool of pgx stdlib connections (sql.Conn.Raw): what the protocol allows through database/sql. (j)/(e) is database/sql's own cost; (b)/(j) and (c)/(j) are what WithXactLock and the driver cost on top of it.",
 		fmt.Sprintf("(i) takes SELECT pg_advisory_lock($1), then SELECT pg_advisory_unlock($1), on one pooled connection under pgadvisory_policy=hold behind PgBouncer transaction pooling (the guard keeps the lock on a holder connection); (i-plain) is plain pgx through PgBouncer session pooling. Both run only in workloads of at most %d worker: behind session pooling every client pins one of the pool's server connections.", holdWorkers),
 		"Latency columns are acquisition latency; throughput counts full cycles (acquire and release).",
 	}

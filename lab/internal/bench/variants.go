@@ -13,7 +13,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/pgadvisory/pgadvisory/advisory"
@@ -120,6 +120,69 @@ func (b *batchTarget) Cycle(ctx context.Context, key int64) (time.Duration, erro
 	_, err = conn.Exec(ctx, "COMMIT")
 	return acq, err
 }
+
+// SQLBatch is variant (j), the ceiling for database/sql: (e)'s cycle — a
+// pgx.Batch of BEGIN and the lock, then COMMIT — on a connection taken from
+// a database/sql pool of pgx stdlib connections (sql.Conn.Raw). Beside (b)
+// and (c), which run advisory.WithXactLock over the same kind of pool, it
+// leaves database/sql's own cost (taking and returning a connection) out
+// of their comparison with the protocol.
+func SQLBatch(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	timeout := strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms"
+	return Variant{
+		ID: id, Name: "raw pgx Batch on a database/sql connection (ceiling for database/sql)", Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			db, err := openSQL(ctx, PgxDriver, dsn, conns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: database/sql batch: %w", err)
+			}
+			return &sqlBatchTarget{db: db, timeout: timeout}, nil
+		},
+	}
+}
+
+type sqlBatchTarget struct {
+	db      *sql.DB
+	timeout string
+}
+
+func (s *sqlBatchTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var acq time.Duration
+	err = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("bench: database/sql batch: the driver connection is %T, not pgx stdlib's", dc)
+		}
+		pc := sc.Conn()
+		batch := &pgx.Batch{}
+		batch.Queue("BEGIN")
+		batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", s.timeout, key)
+		br := pc.SendBatch(ctx, batch)
+		_, err := br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_, _ = pc.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+			return err
+		}
+		acq = time.Since(start)
+		_, err = pc.Exec(ctx, "COMMIT")
+		return err
+	})
+	return acq, err
+}
+
+func (s *sqlBatchTarget) Close() error { return s.db.Close() }
 
 // openSQL opens a database/sql pool of conns connections and checks it.
 func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, error) {
