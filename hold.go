@@ -837,10 +837,10 @@ func (c *guardConn) unlockSkippable(p *holdPlan, out net.Buffers) bool {
 // It runs at the start of the client's next Write, before anything the
 // client does after it saw the error. c.wmu held.
 func (c *guardConn) runUndo() {
-	c.mu.Lock()
-	p := c.undoHold
-	c.undoHold = nil
-	c.mu.Unlock()
+	if c.undoHold.Load() == nil {
+		return // every Write asks: an atomic load, no lock
+	}
+	p := c.undoHold.Swap(nil)
 	if p == nil {
 		return
 	}

@@ -155,6 +155,7 @@ type guardConn struct {
 	// Atomic, for the read side and the pools' hooks:
 	heldCount atomic.Int32                  // keys in holds
 	lastLost  atomic.Pointer[LockLostError] // a loss being reported, until ReadyForQuery
+	undoHold  atomic.Pointer[holdPlan]      // a held call the server skipped: its key goes before the next Write's
 	// Under mu:
 	unnamedHoldStandIn bool         // the unnamed statement is a described stand-in
 	unnamedHoldCall    string       // its lock function, when parsed to be described
@@ -162,7 +163,6 @@ type guardConn struct {
 	xact               xactLocks    // transaction-level locks of the open transaction (self-conflicts)
 	timeouts           holdTimeouts // the session's lock_timeout and statement_timeout, as far as the guard saw them
 	holdNotices        []localReply // WARNINGs to show before ReadyForQuery number after
-	undoHold           *holdPlan    // a held call the server skipped: its key goes before the next Write's
 	holdCancel         func()       // ends a hold's wait (holdContext)
 	holdTimer          *time.Timer  // calls holdCancel at writeDeadline
 	writeDeadline      time.Time    // the caller's

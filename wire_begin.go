@@ -204,7 +204,9 @@ func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
 			c.recv++ // the skipped Query gets no ReadyForQuery of its own
 		}
 		c.txStatus = body[0]
-		c.undoHold = b.undo // the skipped call took nothing on the server
+		if b.undo != nil {
+			c.undoHold.Store(b.undo) // the skipped call took nothing on the server
+		}
 		c.endBegin()
 		c.begin.aborted = true
 		c.predicted = 'E'
