@@ -12,6 +12,7 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	goredislib "github.com/redis/go-redis/v9"
@@ -101,11 +102,24 @@ func (b *batchTarget) Cycle(ctx context.Context, key int64) (time.Duration, erro
 		return 0, err
 	}
 	defer conn.Release()
+	return batchCycle(ctx, conn, start, b.timeout, key)
+}
+
+// batchConn is what batchCycle runs on: a *pgx.Conn or a *pgxpool.Conn.
+type batchConn interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// batchCycle is the ceiling's cycle on conn: BEGIN pipelined with the
+// lock in one pgx.Batch, then COMMIT. It returns the time from start until
+// the lock was held.
+func batchCycle(ctx context.Context, conn batchConn, start time.Time, timeout string, key int64) (time.Duration, error) {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", b.timeout, key)
+	batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", timeout, key)
 	br := conn.SendBatch(ctx, batch)
-	_, err = br.Exec()
+	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
@@ -159,24 +173,8 @@ func (s *sqlBatchTarget) Cycle(ctx context.Context, key int64) (time.Duration, e
 		if !ok {
 			return fmt.Errorf("bench: database/sql batch: the driver connection is %T, not pgx stdlib's", dc)
 		}
-		pc := sc.Conn()
-		batch := &pgx.Batch{}
-		batch.Queue("BEGIN")
-		batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", s.timeout, key)
-		br := pc.SendBatch(ctx, batch)
-		_, err := br.Exec()
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			_, _ = pc.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-			return err
-		}
-		acq = time.Since(start)
-		_, err = pc.Exec(ctx, "COMMIT")
+		var err error
+		acq, err = batchCycle(ctx, sc.Conn(), start, s.timeout, key)
 		return err
 	})
 	return acq, err
