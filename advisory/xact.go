@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgadvisory/pgadvisory/advisory/internal/bridge"
@@ -97,7 +98,7 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 	if err := expired(ctx, key); err != nil {
 		return err
 	}
-	tx, stop, err := beginWithin(ctx, begin, key, c)
+	tx, bound, stop, err := beginWithin(ctx, begin, key, c)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 			panic(p)
 		}
 	}()
-	ok, err := acquire(ctx, tx, key, c, false)
+	ok, err := acquireWithin(ctx, tx, key, c, false, bound)
 	if err != nil {
 		return err
 	}
@@ -136,39 +137,71 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 // past WithTimeout.
 var errWaitLimit = errors.New("advisory: WithTimeout passed while waiting for a connection")
 
+// waitBound is WithTimeout's bound on WithXactLock's two waits, with one
+// context and one timer: first the wait for a connection (beginWithin),
+// then, re-armed, the wait for the lock statement's answer (acquire). The
+// timer cancels ctx with the cause of the wait it bounds.
+type waitBound struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	cause  atomic.Pointer[error] // what the timer cancels with
+}
+
+// newWaitBound starts the bound of a wait of d under parent, ended by cause.
+func newWaitBound(parent context.Context, d time.Duration, cause error) *waitBound {
+	b := &waitBound{}
+	b.cause.Store(&cause)
+	b.ctx, b.cancel = context.WithCancelCause(parent)
+	b.timer = time.AfterFunc(d, b.fire)
+	return b
+}
+
+func (b *waitBound) fire() { b.cancel(*b.cause.Load()) }
+
+// stop stops the timer and reports whether it had fired.
+func (b *waitBound) stop() (fired bool) { return !b.timer.Stop() }
+
+// rearm bounds the next wait, of d, ended by cause. The timer is stopped.
+func (b *waitBound) rearm(d time.Duration, cause error) {
+	b.cause.Store(&cause)
+	b.timer.Reset(d)
+}
+
 // beginWithin begins a transaction, bounding the wait for a connection by
 // WithTimeout (the context deadline bounds it too). The time spent is taken
 // from the lock's wait, so WithTimeout bounds both together. A wait that
-// ends is a *LockError matching ErrConnTimeout. stop releases the timer's
-// context; call it once the transaction has ended, since database/sql rolls
-// back a transaction whose context is canceled.
-func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (tx bridge.Tx, stop func(), err error) {
+// ends is a *LockError matching ErrConnTimeout. Under WithTimeout it returns
+// the bound, stopped, that acquire re-arms for the lock statement; tx is
+// bound to its context. stop releases that context; call it once the
+// transaction has ended, since database/sql rolls back a transaction whose
+// context is canceled.
+func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (tx bridge.Tx, bound *waitBound, stop func(), err error) {
 	if !c.has(optTimeout) {
 		if tx, err = begin(ctx, c.txOpts); err != nil {
-			return nil, nil, beginError(ctx, key, err, 0)
+			return nil, nil, nil, beginError(ctx, key, err, 0)
 		}
-		return tx, func() {}, nil
+		return tx, nil, func() {}, nil
 	}
 	start := time.Now()
-	bctx, cancel := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(c.timeout, func() { cancel(errWaitLimit) })
-	tx, err = begin(bctx, c.txOpts)
-	if !timer.Stop() { // the limit passed, perhaps just after BEGIN returned
+	b := newWaitBound(ctx, c.timeout, errWaitLimit)
+	tx, err = begin(b.ctx, c.txOpts)
+	if b.stop() { // the limit passed, perhaps just after BEGIN returned
 		if err == nil {
 			_ = tx.Rollback(ctx)
 			err = errWaitLimit
 		}
-		cancel(nil)
-		return nil, nil, beginError(ctx, key, err, c.timeout)
+		b.cancel(nil)
+		return nil, nil, nil, beginError(ctx, key, err, c.timeout)
 	}
 	if err != nil {
-		cancel(nil)
-		return nil, nil, beginError(ctx, key, err, 0)
+		b.cancel(nil)
+		return nil, nil, nil, beginError(ctx, key, err, 0)
 	}
 	// The lock may wait for what is left; lock_timeout never goes below
 	// 1ms (see millis), so a lock that is free is still granted.
 	c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
-	return tx, func() { cancel(nil) }, nil
+	return tx, b, func() { b.cancel(nil) }, nil
 }
 
 // beginError classifies a failed BEGIN: a wait for a connection that ran
@@ -439,6 +472,12 @@ func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
 // acquire runs the lock statement (and the optional restore and fencing
 // statements) on q. It reports false when a NoWait lock was not granted.
 func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bool) (bool, error) {
+	return acquireWithin(ctx, q, key, c, session, nil)
+}
+
+// acquireWithin is acquire with WithTimeout's bound already started, and
+// stopped, by beginWithin (nil: none yet).
+func acquireWithin(ctx context.Context, q bridge.Stmts, key Key, c *config, session bool, bound *waitBound) (bool, error) {
 	if !c.has(optTimeout) {
 		return acquireOnce(ctx, q, key, c, session)
 	}
@@ -451,12 +490,14 @@ func acquire(ctx context.Context, q bridge.Stmts, key Key, c *config, session bo
 	if limit < c.timeout { // WithTimeout(math.MaxInt64): wait as long as it says
 		limit = c.timeout
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(limit, func() { cancel(errNoAnswer) })
-	ok, err := acquireOnce(actx, q, key, c, session)
-	fired := !timer.Stop()
-	cancel(nil)
-	if err != nil && fired {
+	if bound == nil {
+		bound = newWaitBound(ctx, limit, errNoAnswer)
+		defer bound.cancel(nil)
+	} else {
+		bound.rearm(limit, errNoAnswer)
+	}
+	ok, err := acquireOnce(bound.ctx, q, key, c, session)
+	if fired := bound.stop(); err != nil && fired {
 		if le := (*LockError)(nil); errors.As(err, &le) && le.Err != nil {
 			err = le.Err // the driver's error, without the key a second time
 		}
