@@ -589,7 +589,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	if err := c.g.holders.reserve(len(hs.keys), c.g.cfg.holdPerConn, c.g.cfg.holdPerGuard); err != nil {
 		return holdResult{err: err}, nil
 	}
-	h, err := c.g.holders.get(ctx, c.holderConfig())
+	h, err := c.g.holders.get(ctx, c.holderConfig)
 	if err != nil {
 		c.g.holders.unreserve()
 		if ctx.Err() != nil {
@@ -1242,8 +1242,9 @@ func (p *holderPool) unreserve() {
 	p.mu.Unlock()
 }
 
-// get returns an idle holder or connects a new one.
-func (p *holderPool) get(ctx context.Context, cfg *pgconn.Config) (*holderConn, error) {
+// get returns an idle holder or connects a new one with the config cfg
+// returns (made only then: a copy of the client's config).
+func (p *holderPool) get(ctx context.Context, cfg func() *pgconn.Config) (*holderConn, error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		h := p.idle[len(p.idle)-1]
@@ -1255,7 +1256,7 @@ func (p *holderPool) get(ctx context.Context, cfg *pgconn.Config) (*holderConn, 
 		}
 	}
 	p.mu.Unlock()
-	return dialHolder(ctx, cfg)
+	return dialHolder(ctx, cfg())
 }
 
 // put takes h back. rollback: it holds locks, which it releases (unlock_all
@@ -1279,7 +1280,11 @@ func (p *holderPool) put(h *holderConn, rollback bool) {
 		return
 	}
 	p.idle = append(p.idle, h)
-	h.idleTimer = time.AfterFunc(holderIdleTimeout, func() { p.expire(h) })
+	if h.idleTimer == nil {
+		h.idleTimer = time.AfterFunc(holderIdleTimeout, func() { p.expire(h) })
+	} else {
+		h.idleTimer.Reset(holderIdleTimeout)
+	}
 }
 
 // closeIdle closes every idle holder.
@@ -1316,9 +1321,9 @@ type holderConn struct {
 	fe        *pgproto3.Frontend
 	results   chan holderReply
 	dead      chan struct{}
-	err       error // why dead closed
-	status    byte  // after the last reply (writer side)
-	idleTimer *time.Timer
+	err       error       // why dead closed
+	status    byte        // after the last reply (writer side)
+	idleTimer *time.Timer // while idle: closes it (one timer, reset at each put)
 
 	mu     sync.Mutex
 	onLost func(error)

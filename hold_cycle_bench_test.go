@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -123,7 +124,8 @@ func holdCycle(ctx context.Context, tb testing.TB, conn *pgx.Conn, key int64) {
 // PolicyHold behind PgBouncer transaction pooling against plain pgx through
 // PgBouncer session pooling, one connection each, and reports locks/s and
 // the round trips per cycle, counted on the network connections (holders
-// included), not timed:
+// included), not timed; path=paired runs the two in turn and reports the
+// ratio of their times (hold/session):
 //
 //	go test -run '^$' -bench HoldCycle -benchtime 2s -count 3 .
 func BenchmarkHoldCycle(b *testing.B) {
@@ -142,6 +144,27 @@ func BenchmarkHoldCycle(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
 		})
 	}
+	// Paired: one cycle of each path in turn, so that the machine's drift
+	// (other load, frequency) falls on both alike; hold/session is the
+	// ratio of their times.
+	b.Run("path=paired", func(b *testing.B) {
+		hold, _ := connectCounted(b, c, holdCyclePaths[0])
+		session, _ := connectCounted(b, c, holdCyclePaths[1])
+		ctx := b.Context()
+		const holdKey, sessionKey = 9202, 9204
+		holdCycle(ctx, b, hold, holdKey)
+		holdCycle(ctx, b, session, sessionKey)
+		var inHold, inSession time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			holdCycle(ctx, b, hold, holdKey)
+			t1 := time.Now()
+			holdCycle(ctx, b, session, sessionKey)
+			inHold += t1.Sub(t0)
+			inSession += time.Since(t1)
+		}
+		b.ReportMetric(float64(inHold)/float64(inSession), "hold/session")
+	})
 }
 
 // TestHoldCycleRoundTrips counts the round trips of one session lock +
