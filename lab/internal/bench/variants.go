@@ -117,7 +117,7 @@ type batchConn interface {
 func batchCycle(ctx context.Context, conn batchConn, start time.Time, timeout string, key int64) (time.Duration, error) {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", timeout, key)
+	batch.Queue(lockStatement, timeout, key)
 	br := conn.SendBatch(ctx, batch)
 	_, err := br.Exec()
 	if err == nil {
@@ -143,16 +143,8 @@ func batchCycle(ctx context.Context, conn batchConn, start time.Time, timeout st
 // of their comparison with the protocol.
 func SQLBatch(id, dsn string, path Path, lockTimeout time.Duration) Variant {
 	timeout := strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms"
-	return Variant{
-		ID: id, Name: "raw pgx Batch on a database/sql connection (ceiling for database/sql)", Path: path,
-		Open: func(ctx context.Context, conns int) (Target, error) {
-			db, err := openSQL(ctx, PgxDriver, dsn, conns)
-			if err != nil {
-				return nil, fmt.Errorf("bench: database/sql batch: %w", err)
-			}
-			return &sqlBatchTarget{db: db, timeout: timeout}, nil
-		},
-	}
+	return sqlVariant(id, "raw pgx Batch on a database/sql connection (ceiling for database/sql)", PgxDriver, dsn, path,
+		func(db *sql.DB) Target { return &sqlBatchTarget{db: db, timeout: timeout} })
 }
 
 type sqlBatchTarget struct {
@@ -181,6 +173,57 @@ func (s *sqlBatchTarget) Cycle(ctx context.Context, key int64) (time.Duration, e
 }
 
 func (s *sqlBatchTarget) Close() error { return s.db.Close() }
+
+// lockStatement is the statement (c), (e), (g), (j) and the by-hand cells
+// take the lock with: lock_timeout and the transaction-level lock in one.
+const lockStatement = "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)"
+
+// SQLTx is variant (k): (c)'s transaction written by hand over database/sql
+// — db.BeginTx, tx.ExecContext of the lock statement, tx.Commit — with the
+// given driver, without advisory.WithXactLock. Over the pgadvisory driver,
+// (c)/(k) is what the helper costs over database/sql, and (k)/(j) what a
+// database/sql transaction costs (its goroutine, the BEGIN answered by the
+// guard) beside the raw protocol on the same pool.
+func SQLTx(id, name, driverName, dsn string, path Path, lockTimeout time.Duration) Variant {
+	timeout := strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms"
+	return sqlVariant(id, name, driverName, dsn, path, func(db *sql.DB) Target { return &sqlTxTarget{db: db, timeout: timeout} })
+}
+
+type sqlTxTarget struct {
+	db      *sql.DB
+	timeout string
+}
+
+func (s *sqlTxTarget) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	start := time.Now()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, lockStatement, s.timeout, key); err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	acq := time.Since(start)
+	return acq, tx.Commit()
+}
+
+func (s *sqlTxTarget) Close() error { return s.db.Close() }
+
+// sqlVariant is a Variant whose target, made by target, runs on a
+// database/sql pool of driverName's connections over dsn.
+func sqlVariant(id, name, driverName, dsn string, path Path, target func(*sql.DB) Target) Variant {
+	return Variant{
+		ID: id, Name: name, Path: path,
+		Open: func(ctx context.Context, conns int) (Target, error) {
+			db, err := openSQL(ctx, driverName, dsn, conns)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			return target(db), nil
+		},
+	}
+}
 
 // openSQL opens a database/sql pool of conns connections and checks it.
 func openSQL(ctx context.Context, driverName, dsn string, conns int) (*sql.DB, error) {
@@ -261,16 +304,9 @@ func prefillPgxpool(ctx context.Context, pool *pgxpool.Pool, conns int) error {
 // XactLock is variants (b) and (c): advisory.WithXactLock over database/sql
 // with the given driver ("pgx" or "pgadvisory").
 func XactLock(id, name, driverName, dsn string, path Path, lockTimeout time.Duration) Variant {
-	return Variant{
-		ID: id, Name: name, Path: path,
-		Open: func(ctx context.Context, conns int) (Target, error) {
-			db, err := openSQL(ctx, driverName, dsn, conns)
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", name, err)
-			}
-			return &xactTarget{db: db, opt: advisory.WithTimeout(lockTimeout)}, nil
-		},
-	}
+	return sqlVariant(id, name, driverName, dsn, path, func(db *sql.DB) Target {
+		return &xactTarget{db: db, opt: advisory.WithTimeout(lockTimeout)}
+	})
 }
 
 type xactTarget struct {
@@ -382,16 +418,7 @@ func (r *redlockTarget) Close() error {
 // SelectInt is a driver-overhead contender: one "SELECT $1::int" round trip
 // over database/sql with the given driver; the answer is checked.
 func SelectInt(id, name, driverName, dsn string, path Path) Variant {
-	return Variant{
-		ID: id, Name: name, Path: path,
-		Open: func(ctx context.Context, conns int) (Target, error) {
-			db, err := openSQL(ctx, driverName, dsn, conns)
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", name, err)
-			}
-			return &selectTarget{db: db}, nil
-		},
-	}
+	return sqlVariant(id, name, driverName, dsn, path, func(db *sql.DB) Target { return &selectTarget{db: db} })
 }
 
 type selectTarget struct{ db *sql.DB }

@@ -102,6 +102,29 @@ func GuardedPgxXactLock(id, dsn string, path Path, lockTimeout time.Duration) Va
 		})
 }
 
+// GuardedPgxTx is variant (l): (g)'s transaction written by hand over a
+// guarded pgxpool — pool.Begin, tx.Exec of the lock statement, tx.Commit —
+// without pgxadvisory.WithXactLock. (g)/(l) is what the helper costs over
+// pgx, and (l)/(e) what pgx's transaction API costs through the guard (its
+// BEGIN answered here and sent with the lock) beside a raw pgx.Batch.
+func GuardedPgxTx(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	timeout := strconv.FormatInt(lockTimeout.Milliseconds(), 10) + "ms"
+	return poolVariant(id, "pgx transaction by hand (Begin, lock, Commit), guarded pgxpool", dsn, path, true,
+		func(p *pgxPoolTarget, ctx context.Context, key int64) (time.Duration, error) {
+			start := time.Now()
+			tx, err := p.pool.Begin(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := tx.Exec(ctx, lockStatement, timeout, key); err != nil {
+				_ = tx.Rollback(context.WithoutCancel(ctx))
+				return 0, err
+			}
+			acq := time.Since(start)
+			return acq, tx.Commit(ctx)
+		})
+}
+
 // SeedPattern is variant (h): the widely copied try-lock pattern, as
 // written — pool.Begin, SET LOCAL lock_timeout, SELECT
 // pg_try_advisory_xact_lock($1), Commit — over a guarded pgxpool
