@@ -113,6 +113,7 @@ type guardConn struct {
 	wmu     sync.Mutex
 	started bool   // the startup message has gone
 	wpart   []byte // the beginning of a frontend message cut by Write
+	wjoin   []byte // an edited write joined into one buffer (writeBuffers)
 	wskip   int    // bytes of a passed-through frontend message still to come
 	wdrop   bool   // those bytes are dropped (answered here)
 	unit    unitState
@@ -257,25 +258,44 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
-	if err := writeBuffers(c.Conn, out); err != nil {
+	if err := c.writeBuffers(out); err != nil {
 		return 0, c.lostWith(err)
 	}
 	return len(b), nil
 }
 
-// writeBuffers writes bufs (net.Buffers.WriteTo: one writev on a TCP
-// connection). Kept out of Write so that only this slow path allocates.
-func writeBuffers(w net.Conn, bufs net.Buffers) error {
+// maxJoinedWrite bounds the edited writes that are joined into one buffer
+// (wjoin) and written with one write; larger ones go as a writev.
+const maxJoinedWrite = 16 << 10
+
+// writeBuffers writes bufs, the edited form of a Write, in one system call:
+// joined in c.wjoin when small (a write of one buffer costs the kernel less
+// than a writev of several), else as a writev. Kept out of Write so that
+// only this path allocates. c.wmu held.
+func (c *guardConn) writeBuffers(bufs net.Buffers) error {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	switch {
+	case n == 0:
+		return nil // everything was answered here: no empty write on the wire
+	case n <= maxJoinedWrite:
+		j := c.wjoin[:0]
+		for _, b := range bufs {
+			j = append(j, b...)
+		}
+		c.wjoin = j
+		_, err := c.Conn.Write(j)
+		return err
+	}
 	kept := bufs[:0]
 	for _, b := range bufs {
 		if len(b) > 0 {
 			kept = append(kept, b)
 		}
 	}
-	if len(kept) == 0 {
-		return nil // everything was answered here: no empty write on the wire
-	}
-	_, err := kept.WriteTo(w)
+	_, err := kept.WriteTo(c.Conn)
 	return err
 }
 

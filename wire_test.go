@@ -905,6 +905,9 @@ func TestWireDeferredBegin(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("server got\n%q\nwant\n%q", got, want)
 			}
+			if last := w.cli.writes[len(w.cli.writes)-1]; !bytes.Equal(last, want) {
+				t.Fatalf("the BEGIN and the unit went out in more than one write; the last was %q", last)
+			}
 			// The server answers the BEGIN, then the unit.
 			beginReplies := enc(t, &pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
 			var unitReplies []byte
@@ -941,6 +944,25 @@ func TestWireDeferredBegin(t *testing.T) {
 			}
 			w.nothingMore()
 		})
+	}
+}
+
+// TestWireDeferredBeginLargeUnit: an edited write too large to be joined
+// into one buffer (maxJoinedWrite) goes out whole, in order, as a writev.
+func TestWireDeferredBeginLargeUnit(t *testing.T) {
+	w := newWire(t, transaction)
+	w.send(&pgproto3.Query{String: "begin"})
+	w.read(2)
+	unit := enc(t, &pgproto3.Query{String: "SELECT '" + strings.Repeat("x", maxJoinedWrite) + "'"})
+	before := len(w.cli.writes)
+	w.write(unit)
+	want := append(enc(t, &pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}), unit...)
+	want = append(want, enc(t, &pgproto3.Sync{})...)
+	if got := w.srv.take(); !bytes.Equal(got, want) {
+		t.Fatalf("server got %d bytes, want the BEGIN, the %d-byte unit and a Sync (%d bytes)", len(got), len(unit), len(want))
+	}
+	if n := len(w.cli.writes) - before; n < 2 {
+		t.Fatalf("%d writes for %d bytes: want them not joined", n, len(want))
 	}
 }
 
