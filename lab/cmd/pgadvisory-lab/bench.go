@@ -64,6 +64,7 @@ type benchOptions struct {
 	lockTimeout             time.Duration
 	poolSize                int // pool_size of the harness's PgBouncer database
 	overhead                bool
+	paired                  bool
 	out, svg, cpuprofile    string
 	startedCluster          bool
 	anyErrors               bool
@@ -92,6 +93,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", bench.DefaultLockTimeout, "lock_timeout of the PostgreSQL variants")
 	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
+	fs.BoolVar(&o.paired, "paired", true, "also run the one-worker cells that the ratios and goals compare again, interleaved in turns of 50ms (each pair sees the same moments of the machine)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "also write the CPU profile of the client (this process) during the measurements to this file (the report always has it by cell and layer)")
@@ -392,6 +394,24 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return fmt.Errorf("lock benchmark: %w", err)
 		}
 	}
+	if paired := pairedVariants(locks, refs); o.paired && len(paired) > 1 && o.has(o.workloads, workloadUncontended) {
+		logf("bench: %d one-worker cells again, interleaved cycle by cycle", len(paired))
+		rep.Paired, err = bench.RunInterleaved(ctx, bench.Config{
+			Workloads: []bench.Workload{{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}},
+			Variants:  paired,
+			// Each cell gets about half its time in the main run per round,
+			// in turns of 50 ms: warm, and at the same moments as the others.
+			Duration: o.duration * time.Duration(len(paired)) / 2,
+			Slice:    pairedSlice,
+			Warmup:   o.warmup,
+			Rounds:   o.rounds,
+			KeyBase:  benchKeyBase,
+			Progress: stderr,
+		})
+		if err != nil {
+			return fmt.Errorf("interleaved lock cycles: %w", err)
+		}
+	}
 	if o.overhead {
 		logf("bench: driver overhead: SELECT $1::int, one connection per driver, pgx stdlib and pgadvisory interleaved query by query")
 		rep.Overhead, err = bench.RunInterleaved(ctx, bench.Config{
@@ -409,7 +429,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return fmt.Errorf("driver-overhead benchmark: %w", err)
 		}
 	}
-	for _, r := range slices.Concat(rep.Locks, rep.Overhead) {
+	for _, r := range slices.Concat(rep.Locks, rep.Paired, rep.Overhead) {
 		o.anyErrors = o.anyErrors || r.Errors > 0
 	}
 	if profiling {
@@ -568,6 +588,27 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 		vs = append(vs, bench.Redlock("d", o.redisAddrs))
 	}
 	return vs, nil
+}
+
+// pairedSlice is the turn of a cell in the interleaved pass.
+const pairedSlice = 50 * time.Millisecond
+
+// pairedVariants returns the variants of locks that a ref compares and that
+// run with one worker, for the interleaved pass.
+func pairedVariants(locks []bench.Variant, refs []bench.Ref) []bench.Variant {
+	var out []bench.Variant
+	for _, v := range locks {
+		if !v.Runs(bench.Workload{Workers: 1}) {
+			continue
+		}
+		for _, f := range refs {
+			if v.ID == f.Num || v.ID == f.Den {
+				out = append(out, v)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (o *benchOptions) overheadVariants() []bench.Variant {

@@ -92,6 +92,13 @@ type Config struct {
 	Meters map[string]CPUMeter
 	// Progress receives one line per cell (nil: none).
 	Progress io.Writer
+	// Slice is how long RunInterleaved runs one variant before the next
+	// takes its turn; 0 is a single cycle. Cycle by cycle, every switch
+	// finds the caches and the server process of the other variant's
+	// connection cold, which a variant that runs alone does not pay;
+	// slices of some milliseconds keep the variants warm and still let
+	// them see the same moments of the machine.
+	Slice time.Duration
 }
 
 // Result is the outcome of one variant under one workload, all rounds

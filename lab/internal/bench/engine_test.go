@@ -312,7 +312,31 @@ func TestRoundTripGoalAndRefs(t *testing.T) {
 		Goals: []Goal{{Text: "trips", Workload: "w", Num: "i", NumPath: PathPgBouncer, MaxRoundTrips: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 0.50 | 4.00, — |", "| trips | 4.00 round trips | missed (2.00 too many) |"} {
+	for _, want := range []string{"| 0.50 | — | 4.00, — |", "| trips | 4.00 round trips | — | missed (2.00 too many) |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestPairedRatios(t *testing.T) {
+	res := []*Result{fixed("w", "c", PathDirect, 90), fixed("w", "e", PathDirect, 100), fixed("v", "c", PathDirect, 80), fixed("v", "e", PathDirect, 100)}
+	paired := []*Result{fixed("w", "c", PathDirect, 97), fixed("w", "e", PathDirect, 100)}
+	var b strings.Builder
+	if err := WriteMarkdown(&b, &Report{Locks: res, Paired: paired, Baseline: "e", Refs: []Ref{{Num: "c", Den: "e"}},
+		Goals: []Goal{
+			{Text: "w goal", Workload: "w", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
+			{Text: "v goal", Workload: "v", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 90 | (e) ve, direct | 100 | 0.90 | 0.97 | —, — |", // the workload measured again interleaved
+		"| 80 | (e) ve, direct | 100 | 0.80 | — | —, — |",    // one that was not
+		"| w goal | 0.90× | 0.97× | missed by 5% (needs 1.06× more) |",
+		"| v goal | 0.80× | — | missed by 16% (needs 1.19× more) |",
+		"The verdict is the main run's",
+	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}

@@ -8,8 +8,8 @@ import (
 )
 
 // RunInterleaved compares variants on one worker by alternating them cycle
-// by cycle: A, B, A, B, ... on the same goroutine, each variant with a
-// target of its own. Where Run measures one variant after another, so that
+// by cycle (or Config.Slice by Config.Slice): A, B, A, B, ... on the same
+// goroutine, each variant with a target of its own. Where Run measures one variant after another, so that
 // a slow minute of a shared machine lands on whichever variant ran then,
 // here every variant sees the same moments; the difference between them is
 // what remains. It suits small per-cycle differences, such as a driver's
@@ -105,10 +105,10 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 	}
 }
 
-// alternate runs the targets' cycles in turn for d: in passes that run
-// every target once, each pass in a new random order (so that no target
-// always follows the same one), and hands each cycle's wall time and error
-// to record (nil: warm-up). A target that is nil (it failed to open) or
+// alternate runs the targets' cycles in turn for d: in passes that give
+// every target one turn (c.Slice of cycles, at least one), each pass in a
+// new random order (so that no target always follows the same one), and
+// hands each cycle's wall time and error to record (nil: warm-up). A target that is nil (it failed to open) or
 // that failed maxConsecutiveErrors times in a row is skipped.
 func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d time.Duration, rng *rand.Rand, record func(i int, d time.Duration, err error)) {
 	n := len(targets)
@@ -133,17 +133,23 @@ func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d t
 			}
 			continue
 		}
-		key := c.KeyBase + int64(rng.IntN(w.Keys))
-		start := time.Now()
-		_, err := t.Cycle(pctx, key)
-		took := time.Since(start)
-		if err != nil {
-			consecutive[i]++
-		} else {
-			consecutive[i] = 0
-		}
-		if record != nil {
-			record(i, took, err)
+		sliceEnd := time.Now().Add(c.Slice)
+		for {
+			key := c.KeyBase + int64(rng.IntN(w.Keys))
+			start := time.Now()
+			_, err := t.Cycle(pctx, key)
+			took := time.Since(start)
+			if err != nil {
+				consecutive[i]++
+			} else {
+				consecutive[i] = 0
+			}
+			if record != nil {
+				record(i, took, err)
+			}
+			if now := time.Now(); !now.Before(sliceEnd) || !now.Before(end) || pctx.Err() != nil || consecutive[i] >= maxConsecutiveErrors {
+				break
+			}
 		}
 	}
 }

@@ -69,8 +69,12 @@ type Report struct {
 	Command     string      // the command line that produced it
 	Environment [][2]string // machine, versions, settings: label, value
 	Locks       []*Result
-	Baseline    string // variant ID of the lock baseline, e.g. "a"
-	Overhead    []*Result
+	// Paired are one-worker lock cells measured again with RunInterleaved,
+	// cycle by cycle in turn: the ratios and goals show them beside the
+	// main run's.
+	Paired   []*Result
+	Baseline string // variant ID of the lock baseline, e.g. "a"
+	Overhead []*Result
 	// OverheadBaseline is the variant ID the driver-overhead contenders
 	// are compared with, e.g. "pgx".
 	OverheadBaseline string
@@ -211,20 +215,28 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	}
 	writeRefs(p, rep)
 	if len(rep.Goals) > 0 {
-		p("### Goals\n\n| goal | measured | verdict |\n| --- | ---: | --- |\n")
+		p("### Goals\n\n")
+		if len(rep.Paired) > 0 {
+			p("The verdict is the main run's; interleaved is the same ratio from the one-worker cells run again cycle by cycle in turn.\n\n")
+		}
+		p("| goal | measured | interleaved | verdict |\n| --- | ---: | ---: | --- |\n")
 		for _, g := range rep.Goals {
 			v := g.Evaluate(rep.Locks)
+			paired := "—"
+			if pv := g.Evaluate(rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
+				paired = FormatRatio(pv.Got)
+			}
 			switch {
 			case !v.Measured:
-				p("| %s | — | not measured |\n", mdEscape(g.Text))
+				p("| %s | — | %s | not measured |\n", mdEscape(g.Text), paired)
 			case g.MaxRoundTrips > 0 && v.Met:
-				p("| %s | %.2f round trips | met |\n", mdEscape(g.Text), v.Got)
+				p("| %s | %.2f round trips | — | met |\n", mdEscape(g.Text), v.Got)
 			case g.MaxRoundTrips > 0:
-				p("| %s | %.2f round trips | missed (%.2f too many) |\n", mdEscape(g.Text), v.Got, v.Got-g.MaxRoundTrips)
+				p("| %s | %.2f round trips | — | missed (%.2f too many) |\n", mdEscape(g.Text), v.Got, v.Got-g.MaxRoundTrips)
 			case v.Met:
-				p("| %s | %s | met |\n", mdEscape(g.Text), FormatRatio(v.Got))
+				p("| %s | %s | %s | met |\n", mdEscape(g.Text), FormatRatio(v.Got), paired)
 			default:
-				p("| %s | %s | missed by %.0f%% (needs %s more) |\n", mdEscape(g.Text), FormatRatio(v.Got),
+				p("| %s | %s | %s | missed by %.0f%% (needs %s more) |\n", mdEscape(g.Text), FormatRatio(v.Got), paired,
 					v.Shortfall*100, FormatRatio(v.Want/v.Got))
 			}
 		}
@@ -309,19 +321,38 @@ func writeRefs(p func(string, ...any), rep *Report) {
 		return
 	}
 	p("### Ratios to reference (same run)\n\n")
-	p("| workload | cell | locks/s | reference | locks/s | ratio | round trips/cycle (cell, reference) |\n")
-	p("| --- | --- | ---: | --- | ---: | ---: | ---: |\n")
+	p("| workload | cell | locks/s | reference | locks/s | ratio | interleaved | round trips/cycle (cell, reference) |\n")
+	p("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |\n")
 	for _, rw := range rows {
 		n, d := rw[0], rw[1]
-		ratio := "—"
-		if d.Rate() > 0 {
-			ratio = fmt.Sprintf("%.2f", n.Rate()/d.Rate())
-		}
-		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s, %s |\n", mdEscape(n.Workload.Name),
-			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(), ratio,
+		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s | %s, %s |\n", mdEscape(n.Workload.Name),
+			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(),
+			formatRate(n, d), formatRate(pairedOf(rep.Paired, n), pairedOf(rep.Paired, d)),
 			formatRoundTrips(n), formatRoundTrips(d))
 	}
-	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.\n\n")
+	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
+	if len(rep.Paired) > 0 {
+		p(" Interleaved is the ratio of the same two cells run again on one worker each, cycle by cycle in turn in a random order (both see the same moments of the machine), for the workloads of one worker.")
+	}
+	p("\n\n")
+}
+
+// formatRate renders n's rate over d's with two decimals, "—" when either is
+// missing or d completed no cycle.
+func formatRate(n, d *Result) string {
+	if n == nil || d == nil || d.Rate() == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", n.Rate()/d.Rate())
+}
+
+// pairedOf returns the result of paired for r's workload, variant and
+// path, nil if there is none.
+func pairedOf(paired []*Result, r *Result) *Result {
+	if r == nil {
+		return nil
+	}
+	return Find(paired, r.Workload.Name, r.Variant.ID, r.Variant.Path)
 }
 
 func formatRoundTrips(r *Result) string {
