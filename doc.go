@@ -117,11 +117,12 @@
 // pool_size and the keys held). WithHoldLimits caps the keys held
 // (*HoldLimitError, PA008). If a holder ends, every later statement of the
 // connection fails with *LockLostError (PA007): database/sql (IsValid) and
-// pgxpool (AfterRelease) discard it. A database/sql pool keeps held locks
+// pgxpool (on Release) discard it. A database/sql pool keeps held locks
 // with the driver connection, as a session's (logged once); a pgxpool
-// releases them when the connection is released, and a pool whose
-// AfterRelease or PrepareConn was set after ConfigurePool fails its
-// connections with *PoolHooksError.
+// releases them when the connection is released (a pgxpool.ReleaseTracer
+// the guard adds to ConnConfig.Tracer, run on the releasing goroutine), and
+// a pool whose ConnConfig.Tracer or PrepareConn was set after
+// ConfigurePool fails its connections with *PoolHooksError.
 //
 // # Pool mode
 //

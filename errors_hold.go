@@ -58,23 +58,24 @@ func (e *HoldUnitError) Unwrap() error { return ErrHoldFailed }
 func (e *HoldUnitError) position() int { return e.Position }
 
 // PoolHooksError fails a pgxpool connection under policy hold (or rewrite)
-// when the pool's AfterRelease or PrepareConn was set after ConfigurePool
-// (or ParsePoolConfig) and so replaced the guard's: the guard releases held
-// session locks in those hooks when a connection goes back to the pool, and
-// without them the next acquirer would re-enter a lock it never took. Set
-// the hooks before ConfigurePool, which runs them after the guard's.
+// when the pool's PrepareConn or ConnConfig.Tracer was set after
+// ConfigurePool (or ParsePoolConfig) and so replaced the guard's: the guard
+// releases held session locks through them when a connection goes back to
+// the pool (its tracer is a pgxpool.ReleaseTracer), and without them the
+// next acquirer would re-enter a lock it never took. Set them before
+// ConfigurePool, which runs them besides the guard's.
 type PoolHooksError struct {
-	// AfterRelease and PrepareConn say which hook was replaced.
-	AfterRelease, PrepareConn bool
+	// Tracer and PrepareConn say which was replaced.
+	Tracer, PrepareConn bool
 }
 
 func (e *PoolHooksError) Error() string {
 	var which string
 	switch {
-	case e.AfterRelease && e.PrepareConn:
-		which = "AfterRelease and PrepareConn were"
-	case e.AfterRelease:
-		which = "AfterRelease was"
+	case e.Tracer && e.PrepareConn:
+		which = "ConnConfig.Tracer and PrepareConn were"
+	case e.Tracer:
+		which = "ConnConfig.Tracer was"
 	default:
 		which = "PrepareConn was"
 	}

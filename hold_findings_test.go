@@ -643,7 +643,7 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.AfterRelease = func(*pgx.Conn) bool { return true } // after ParsePoolConfig
+	cfg.ConnConfig.Tracer = &releaseCounter{} // after ParsePoolConfig
 	var before atomic.Int32
 	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { before.Add(1); return nil } // replaced too: the check is the guard's own
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
@@ -653,17 +653,26 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 	defer pool.Close()
 	_, err = pool.Exec(t.Context(), "SELECT 1")
 	var he *pgadvisory.PoolHooksError
-	if !errors.As(err, &he) || !he.AfterRelease || before.Load() == 0 {
-		t.Fatalf("pool with a replaced AfterRelease and BeforeConnect: %v (BeforeConnect ran %d times), want a *PoolHooksError", err, before.Load())
+	if !errors.As(err, &he) || !he.Tracer || he.PrepareConn || before.Load() == 0 {
+		t.Fatalf("pool with a replaced Tracer and BeforeConnect: %v (BeforeConnect ran %d times), want a *PoolHooksError", err, before.Load())
 	}
-	// Set before ConfigurePool, the hook is chained, and a held lock ends
-	// on Release.
+	// Set before ConfigurePool, a tracer runs beside the guard's, and a
+	// held lock ends within Release, on the releasing goroutine. The
+	// pool's own AfterRelease is the user's alone.
 	pcfg, err := pgxpool.ParseConfig(holdDSN(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var released atomic.Int32
-	pcfg.AfterRelease = func(*pgx.Conn) bool { released.Add(1); return true }
+	traced := &releaseCounter{}
+	pcfg.ConnConfig.Tracer = traced
+	afterRelease := make(chan struct{}, 1)
+	pcfg.AfterRelease = func(*pgx.Conn) bool {
+		select {
+		case afterRelease <- struct{}{}:
+		default:
+		}
+		return true
+	}
 	if err := pgadvisory.ConfigurePool(pcfg); err != nil {
 		t.Fatal(err)
 	}
@@ -681,20 +690,31 @@ func TestIntegrationHoldFinding11PoolHooks(t *testing.T) {
 	}
 	wantLocks(t, c, "9311/ExclusiveLock")
 	conn.Release()
-	deadline := time.Now().Add(5 * time.Second)
-	for released.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // pgxpool runs AfterRelease in a goroutine
+	wantLocks(t, c) // released before Release returned
+	if traced.releases.Load() != 1 {
+		t.Errorf("the user's ReleaseTracer ran %d times, want 1", traced.releases.Load())
 	}
-	if released.Load() == 0 {
+	select {
+	case <-afterRelease:
+	case <-time.After(5 * time.Second):
 		t.Fatal("the user's AfterRelease did not run")
 	}
-	wantLocks(t, c)
 	if conn, err = pool2.Acquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	pgadvisory.CloseIdleHolders(conn.Conn())
 	conn.Release()
 }
+
+// releaseCounter is a user's tracer: a pgx.QueryTracer that counts the
+// pool's releases (pgxpool.ReleaseTracer).
+type releaseCounter struct{ releases atomic.Int32 }
+
+func (*releaseCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (*releaseCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *releaseCounter) TraceRelease(*pgxpool.Pool, pgxpool.TraceReleaseData)          { r.releases.Add(1) }
 
 // TestIntegrationHoldPoolerDropsVanishedHolder checks what the holder's
 // design leans on: a client that vanishes inside a transaction holding a

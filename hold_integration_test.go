@@ -356,8 +356,8 @@ func TestIntegrationHoldLimits(t *testing.T) {
 	waitLocks(t, c)
 }
 
-// waitLocks waits (briefly: pgxpool's AfterRelease runs in a goroutine)
-// for the server's advisory locks to be want.
+// waitLocks waits (briefly: a holder's unlock may still be on its way) for
+// the server's advisory locks to be want.
 func waitLocks(t *testing.T, c *pgbouncer.Cluster, want ...string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

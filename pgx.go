@@ -283,7 +283,10 @@ func (g *guard) install(pc *pgconn.Config) {
 // checked before it is handed out again, and advisory locks it still holds
 // are released (and remembered: a later unlock of one returns
 // ErrLockReleased) or the connection destroyed, per WithLeakAction. A
-// PrepareConn or BeforeAcquire already set runs after it.
+// PrepareConn or BeforeAcquire already set runs after it. Under policy hold
+// (and rewrite) it adds a pgxpool.ReleaseTracer to ConnConfig.Tracer (with
+// pgx's multitracer beside a tracer already set) that ends a connection's
+// held locks within Release.
 func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if cfg == nil || cfg.ConnConfig == nil {
 		return errors.New("pgadvisory: ConfigurePool: nil config (create it with pgxpool.ParseConfig)")
@@ -292,15 +295,15 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	var ourRelease func(*pgx.Conn) bool
+	var ourTracer pgx.QueryTracer
 	var ourPrepare func(context.Context, *pgx.Conn) (bool, error)
 	// Checked as each connection is made, by the guard itself (a hook of
 	// the pool config could be replaced as well).
 	g.poolHooks = func() error {
-		if g.holdEnabled() && (!sameFunc(cfg.AfterRelease, ourRelease) || !sameFunc(cfg.PrepareConn, ourPrepare)) {
+		if g.holdEnabled() && (cfg.ConnConfig.Tracer != ourTracer || !sameFunc(cfg.PrepareConn, ourPrepare)) {
 			// Set after ConfigurePool, they replaced the guard's: held
 			// locks would outlive Release and pass to the next acquirer.
-			return &PoolHooksError{AfterRelease: !sameFunc(cfg.AfterRelease, ourRelease), PrepareConn: !sameFunc(cfg.PrepareConn, ourPrepare)}
+			return &PoolHooksError{Tracer: cfg.ConnConfig.Tracer != ourTracer, PrepareConn: !sameFunc(cfg.PrepareConn, ourPrepare)}
 		}
 		return nil
 	}
@@ -309,28 +312,21 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		before := cfg.BeforeAcquire
 		prev = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
-	// Not AfterRelease for the leak guard: with that hook set, pgxpool
-	// returns connections from a goroutine, and the next Acquire may open a
-	// new connection. Held locks (PolicyHold) must end when the connection
-	// goes back, though: for those policies AfterRelease releases them.
+	// Held locks (PolicyHold) must end when the connection goes back. Not
+	// in AfterRelease: with that hook set, pgxpool hands every released
+	// connection to a goroutine, and the next Acquire waits for it or opens
+	// a new connection. pgxpool calls a ReleaseTracer on the releasing
+	// goroutine, before its own checks, so the tracer releases them.
 	if g.holdEnabled() {
-		prevRelease := cfg.AfterRelease
-		cfg.AfterRelease = func(conn *pgx.Conn) bool {
-			if gc := guardOf(conn); gc != nil {
-				if gc.holdLost() {
-					return false // broken for good: destroyed
-				}
-				gc.resetHolds()
-			}
-			if prevRelease != nil {
-				return prevRelease(conn)
-			}
-			return true
+		if cfg.ConnConfig.Tracer == nil {
+			cfg.ConnConfig.Tracer = holdReleaseTracer{}
+		} else {
+			cfg.ConnConfig.Tracer = multitracer.New(cfg.ConnConfig.Tracer, holdReleaseTracer{})
 		}
 	}
 	cfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
 		if gc := guardOf(conn); gc != nil {
-			gc.resetHolds() // a conn released before AfterRelease ran (none otherwise)
+			gc.resetHolds() // a conn back in the pool without Release's tracer (none otherwise)
 		}
 		if !releaseLeaks(ctx, conn) {
 			return false, nil // destroyed; pgxpool retries on another connection
@@ -340,9 +336,38 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 		}
 		return true, nil
 	}
-	ourRelease, ourPrepare = cfg.AfterRelease, cfg.PrepareConn
+	ourTracer, ourPrepare = cfg.ConnConfig.Tracer, cfg.PrepareConn
 	return nil
 }
+
+// holdReleaseTracer ends the held locks of a pooled connection as it is
+// released (pgxpool.ReleaseTracer): a connection whose holder was lost is
+// closed, which makes pgxpool destroy it; otherwise its holders let their
+// locks go, as a plain session's locks would be gone with the session.
+type holdReleaseTracer struct{}
+
+// TraceRelease releases conn's held locks, or closes conn if one was lost.
+func (holdReleaseTracer) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData) {
+	gc := guardOf(data.Conn)
+	if gc == nil {
+		return
+	}
+	if gc.holdLost() {
+		ctx, cancel := context.WithTimeout(context.Background(), holderReleaseWait)
+		defer cancel()
+		_ = data.Conn.Close(ctx) // broken for good: pgxpool destroys a closed connection
+		return
+	}
+	gc.resetHolds()
+}
+
+// TraceQueryStart does nothing (pgx.ConnConfig.Tracer must be a QueryTracer).
+func (holdReleaseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (holdReleaseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // sameFunc reports whether a and b are the same function value's code (a
 // hook the guard installed, not one set over it).
