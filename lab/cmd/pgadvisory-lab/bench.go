@@ -395,7 +395,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		}
 	}
 	if paired := pairedVariants(locks, refs); o.paired && len(paired) > 1 && o.has(o.workloads, workloadUncontended) {
-		logf("bench: %d one-worker cells again, interleaved cycle by cycle", len(paired))
+		logf("bench: %d one-worker cells again, interleaved in turns of %v", len(paired), pairedSlice)
 		rep.Paired, err = bench.RunInterleaved(ctx, bench.Config{
 			Workloads: []bench.Workload{{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}},
 			Variants:  paired,

@@ -70,7 +70,7 @@ type Report struct {
 	Environment [][2]string // machine, versions, settings: label, value
 	Locks       []*Result
 	// Paired are one-worker lock cells measured again with RunInterleaved,
-	// cycle by cycle in turn: the ratios and goals show them beside the
+	// in alternating turns: the ratios and goals show them beside the
 	// main run's.
 	Paired   []*Result
 	Baseline string // variant ID of the lock baseline, e.g. "a"
@@ -217,7 +217,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	if len(rep.Goals) > 0 {
 		p("### Goals\n\n")
 		if len(rep.Paired) > 0 {
-			p("The verdict is the main run's; interleaved is the same ratio from the one-worker cells run again cycle by cycle in turn.\n\n")
+			p("The verdict is the main run's; interleaved is the same ratio from the one-worker cells run again in alternating turns.\n\n")
 		}
 		p("| goal | measured | interleaved | verdict |\n| --- | ---: | ---: | --- |\n")
 		for _, g := range rep.Goals {
@@ -332,7 +332,7 @@ func writeRefs(p func(string, ...any), rep *Report) {
 	}
 	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
 	if len(rep.Paired) > 0 {
-		p(" Interleaved is the ratio of the same two cells run again on one worker each, cycle by cycle in turn in a random order (both see the same moments of the machine), for the workloads of one worker.")
+		p(" Interleaved is the ratio of the same two cells run again on one worker each, in alternating turns in a random order (both see the same moments of the machine), for the workloads of one worker.")
 	}
 	p("\n\n")
 }
