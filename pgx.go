@@ -344,12 +344,14 @@ func ConfigurePool(cfg *pgxpool.Config, opts ...Option) error {
 // released (pgxpool.ReleaseTracer): a connection whose holder was lost is
 // closed, which makes pgxpool destroy it; otherwise its holders let their
 // locks go, as a plain session's locks would be gone with the session.
-type holdReleaseTracer struct{}
+type holdReleaseTracer struct{ noQueryTrace }
 
 // TraceRelease releases conn's held locks, or closes conn if one was lost.
+// A connection pgxpool destroys anyway (closed, busy, inside a transaction)
+// is left to the guard's Close, which lets its holders go.
 func (holdReleaseTracer) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData) {
 	gc := guardOf(data.Conn)
-	if gc == nil {
+	if gc == nil || data.Conn.IsClosed() || data.Conn.PgConn().IsBusy() || data.Conn.PgConn().TxStatus() != 'I' {
 		return
 	}
 	if gc.holdLost() {
@@ -360,14 +362,6 @@ func (holdReleaseTracer) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceRelease
 	}
 	gc.resetHolds()
 }
-
-// TraceQueryStart does nothing (pgx.ConnConfig.Tracer must be a QueryTracer).
-func (holdReleaseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-// TraceQueryEnd does nothing.
-func (holdReleaseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // sameFunc reports whether a and b are the same function value's code (a
 // hook the guard installed, not one set over it).
@@ -482,7 +476,19 @@ func (g *guard) mayUpgrade() bool {
 // ConnConfig pgx connects with (pgx.ConnectConfig copies the config and
 // reads DefaultQueryExecMode from the copy for every query): it puts it in
 // the context that AfterConnect receives. It traces nothing else.
-type configTracer struct{}
+type configTracer struct{ noQueryTrace }
+
+// noQueryTrace is the pgx.QueryTracer a tracer of the guard's must be to sit
+// in pgx.ConnConfig.Tracer: it traces no query.
+type noQueryTrace struct{}
+
+// TraceQueryStart does nothing.
+func (noQueryTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (noQueryTrace) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // connConfigKey is the context key of the ConnConfig pgx connects with.
 type connConfigKey struct{}
@@ -494,14 +500,6 @@ func (configTracer) TraceConnectStart(ctx context.Context, data pgx.TraceConnect
 
 // TraceConnectEnd does nothing.
 func (configTracer) TraceConnectEnd(context.Context, pgx.TraceConnectEndData) {}
-
-// TraceQueryStart does nothing (pgx.ConnConfig.Tracer must be a QueryTracer).
-func (configTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-// TraceQueryEnd does nothing.
-func (configTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // upgrade gives a connection that detection proved direct or session
 // pooling pgx's default exec mode, cache_statement, as plain pgx has it:

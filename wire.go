@@ -269,17 +269,25 @@ func (c *guardConn) Write(b []byte) (int, error) {
 const maxJoinedWrite = 16 << 10
 
 // writeBuffers writes bufs, the edited form of a Write, in one system call:
-// joined in c.wjoin when small (a write of one buffer costs the kernel less
-// than a writev of several), else as a writev. Kept out of Write so that
-// only this path allocates. c.wmu held.
+// a single buffer as it is, several joined in c.wjoin when small (a write of
+// one buffer costs the kernel less than a writev of several), else as a
+// writev. Kept out of Write so that only this path allocates. c.wmu held.
 func (c *guardConn) writeBuffers(bufs net.Buffers) error {
-	n := 0
+	n, parts := 0, 0
+	var only []byte
 	for _, b := range bufs {
-		n += len(b)
+		if len(b) > 0 {
+			n += len(b)
+			parts++
+			only = b
+		}
 	}
 	switch {
 	case n == 0:
 		return nil // everything was answered here: no empty write on the wire
+	case parts == 1:
+		_, err := c.Conn.Write(only)
+		return err
 	case n <= maxJoinedWrite:
 		j := c.wjoin[:0]
 		for _, b := range bufs {

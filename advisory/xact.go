@@ -145,13 +145,14 @@ type waitBound struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
-	cause  atomic.Pointer[error] // what the timer cancels with
+	cause  atomic.Pointer[error] // what the timer cancels with: errWaitLimit or errNoAnswer
 }
 
-// newWaitBound starts the bound of a wait of d under parent, ended by cause.
-func newWaitBound(parent context.Context, d time.Duration, cause error) *waitBound {
+// newWaitBound starts the bound of a wait of d under parent, ended by
+// *cause (a package-level error, so that storing it allocates nothing).
+func newWaitBound(parent context.Context, d time.Duration, cause *error) *waitBound {
 	b := &waitBound{}
-	b.cause.Store(&cause)
+	b.cause.Store(cause)
 	b.ctx, b.cancel = context.WithCancelCause(parent)
 	b.timer = time.AfterFunc(d, b.fire)
 	return b
@@ -162,9 +163,9 @@ func (b *waitBound) fire() { b.cancel(*b.cause.Load()) }
 // stop stops the timer and reports whether it had fired.
 func (b *waitBound) stop() (fired bool) { return !b.timer.Stop() }
 
-// rearm bounds the next wait, of d, ended by cause. The timer is stopped.
-func (b *waitBound) rearm(d time.Duration, cause error) {
-	b.cause.Store(&cause)
+// rearm bounds the next wait, of d, ended by *cause. The timer is stopped.
+func (b *waitBound) rearm(d time.Duration, cause *error) {
+	b.cause.Store(cause)
 	b.timer.Reset(d)
 }
 
@@ -184,7 +185,7 @@ func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (t
 		return tx, nil, func() {}, nil
 	}
 	start := time.Now()
-	b := newWaitBound(ctx, c.timeout, errWaitLimit)
+	b := newWaitBound(ctx, c.timeout, &errWaitLimit)
 	tx, err = begin(b.ctx, c.txOpts)
 	if b.stop() { // the limit passed, perhaps just after BEGIN returned
 		if err == nil {
@@ -491,10 +492,10 @@ func acquireWithin(ctx context.Context, q bridge.Stmts, key Key, c *config, sess
 		limit = c.timeout
 	}
 	if bound == nil {
-		bound = newWaitBound(ctx, limit, errNoAnswer)
+		bound = newWaitBound(ctx, limit, &errNoAnswer)
 		defer bound.cancel(nil)
 	} else {
-		bound.rearm(limit, errNoAnswer)
+		bound.rearm(limit, &errNoAnswer)
 	}
 	ok, err := acquireOnce(bound.ctx, q, key, c, session)
 	if fired := bound.stop(); err != nil && fired {
