@@ -554,8 +554,15 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 		}
 		if hl.count(p.shared) == 1 && hl.count(!p.shared) > 0 {
 			// The last lock of this mode, the other mode still held: the
-			// holder's session unlocks this mode only.
-			if err := hl.h.unlock(ctx, p.key, p.shared); err != nil {
+			// holder ends this mode only.
+			var err error
+			if hl.xact && hl.xactShared == p.shared {
+				err = hl.h.endXactLock(ctx)
+				hl.xact = err != nil
+			} else {
+				err = hl.h.unlock(ctx, p.key, p.shared)
+			}
+			if err != nil {
 				c.dropHold(p.key, hl, false)
 				c.traceLost(p.key, err)
 				hs.lose(p.key, err)
@@ -603,7 +610,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 		c.g.holders.put(h, false)
 		return c.holdFailure(p, ok, err)
 	}
-	hl := &heldLock{h: h}
+	hl := &heldLock{h: h, xact: true, xactShared: p.shared}
 	hl.add(p.shared, 1)
 	hs.keys[p.key] = hl
 	c.heldCount.Add(1)
@@ -703,7 +710,14 @@ func (c *guardConn) waitBound(ctx context.Context, h *holderConn, p *holdPlan, s
 // a failed attempt ends it, so that no server connection is pinned while
 // the lock is waited for.
 func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, begin bool) (bool, error) {
+	// The first mode of a key is held as a transaction-level lock, which
+	// the holder's ROLLBACK ends on its own; the other mode, taken while
+	// the first is held, as a session-level lock, which one unlock can end
+	// while the first stays (see heldLock).
 	fn := "pg_catalog.pg_try_advisory_lock"
+	if begin {
+		fn = "pg_catalog.pg_try_advisory_xact_lock"
+	}
 	if p.shared {
 		fn += "_shared"
 	}
@@ -729,6 +743,9 @@ func (c *guardConn) pollLock(ctx context.Context, h *holderConn, p *holdPlan, be
 			if rerr := h.rollback(ctx); err == nil {
 				err = rerr
 			}
+		}
+		if granted && !begin {
+			h.sessionLocks = true
 		}
 		if err != nil || granted || p.op == lockscan.OpTryLock {
 			return granted, err
@@ -1186,10 +1203,17 @@ func (hs *heldLocks) lose(key holdKey, cause error) {
 }
 
 // heldLock is one key held on one holder, counted per mode as PostgreSQL
-// counts a session's locks.
+// counts a session's locks. The mode taken first is a transaction-level
+// lock of the holder's transaction, which its ROLLBACK ends without an
+// unlock. A mode taken while the other is held is a session-level lock,
+// so that either mode can end while the other stays: the session-level
+// one by its unlock, the transaction-level one by ROLLBACK and a new
+// BEGIN in one Query, which the session-level lock outlives.
 type heldLock struct {
 	h            *holderConn
 	excl, shared int
+	xact         bool // a mode is held at transaction level
+	xactShared   bool // the mode held at transaction level
 }
 
 func (hl *heldLock) count(shared bool) int {
@@ -1317,13 +1341,16 @@ func (p *holderPool) expire(h *holderConn) {
 // guard speaks to it in simple Query messages over the raw protocol, and a
 // reader goroutine sees at once when the connection ends.
 type holderConn struct {
-	nc        net.Conn
-	fe        *pgproto3.Frontend
-	results   chan holderReply
-	dead      chan struct{}
-	err       error       // why dead closed
-	status    byte        // after the last reply (writer side)
-	idleTimer *time.Timer // while idle: closes it (one timer, reset at each put)
+	nc      net.Conn
+	fe      *pgproto3.Frontend
+	results chan holderReply
+	dead    chan struct{}
+	err     error // why dead closed
+	status  byte  // after the last reply (writer side)
+	// sessionLocks: the holder took a session-level lock in its current
+	// transaction, which ROLLBACK does not end (writer side).
+	sessionLocks bool
+	idleTimer    *time.Timer // while idle: closes it (one timer, reset at each put)
 
 	mu     sync.Mutex
 	onLost func(error)
@@ -1487,11 +1514,37 @@ func (h *holderConn) rollback(ctx context.Context) error {
 	return h.expect(ctx, "ROLLBACK")
 }
 
-// release frees every lock of the holder's session and ends its
-// transaction, in one round trip. If the first fails, the second does not
+// release ends the holder's transaction and with it its transaction-level
+// locks, in one round trip; a holder that took session-level locks frees
+// them first, in the same Query. If the unlock fails, the ROLLBACK does not
 // run and the holder stays in its transaction: the caller closes it.
 func (h *holderConn) release(ctx context.Context) error {
-	return h.expect(ctx, "SELECT pg_catalog.pg_advisory_unlock_all(); ROLLBACK")
+	q := "ROLLBACK"
+	if h.sessionLocks {
+		q = "SELECT pg_catalog.pg_advisory_unlock_all(); ROLLBACK"
+	}
+	err := h.expect(ctx, q)
+	if err == nil {
+		h.sessionLocks = false
+	}
+	return err
+}
+
+// endXactLock ends the holder's transaction-level lock while its
+// session-level ones stay: ROLLBACK and the next BEGIN in one Query, which
+// the server answers with one ReadyForQuery, in a transaction, so that the
+// pooler keeps the holder's server connection across the two.
+func (h *holderConn) endXactLock(ctx context.Context) error {
+	r, err := h.query(ctx, "ROLLBACK; BEGIN")
+	switch {
+	case err != nil:
+		return err
+	case r.err != nil:
+		return r.err
+	case r.status != 'T':
+		return fmt.Errorf("pgadvisory: holder connection: transaction status %q after ROLLBACK; BEGIN", r.status)
+	}
+	return nil
 }
 
 // unlock releases one mode of key in the holder's session.

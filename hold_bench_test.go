@@ -17,8 +17,9 @@ import (
 //	driver=pgx-direct:       plain pgx on PostgreSQL (2 round trips)
 //	driver=pgx-session:      plain pgx through PgBouncer session pooling (2)
 //	driver=pgadvisory-hold:  the guard through PgBouncer transaction
-//	                         pooling, policy hold (4: the stand-ins and the
-//	                         holder's BEGIN + try-lock and ROLLBACK)
+//	                         pooling, policy hold (2: the holder's BEGIN +
+//	                         try-lock and ROLLBACK; the guard answers the
+//	                         client's statements)
 //
 //	go test -run '^$' -bench HoldLockCycle -count 8 . > /tmp/hold-bench.txt
 //	benchstat -col /driver /tmp/hold-bench.txt

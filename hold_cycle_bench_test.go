@@ -16,8 +16,8 @@ import (
 
 // holdCycleRoundTrips is what TestHoldCycleRoundTrips measures for one
 // session lock + unlock under PolicyHold behind transaction pooling: the
-// holder's BEGIN pipelined with its try-lock, and the holder's unlock and
-// ROLLBACK; the client's two statements are answered by the guard
+// holder's BEGIN pipelined with its try-lock, and the holder's ROLLBACK;
+// the client's two statements are answered by the guard
 // (hold_answer.go), without a round trip. It is plainCycleRoundTrips, a
 // plain session's cost; a change to either side shows here first.
 const (
@@ -125,7 +125,9 @@ func holdCycle(ctx context.Context, tb testing.TB, conn *pgx.Conn, key int64) {
 // PgBouncer session pooling, one connection each, and reports locks/s and
 // the round trips per cycle, counted on the network connections (holders
 // included), not timed; path=paired runs the two in turn and reports the
-// ratio of their times (hold/session):
+// ratio of their times (hold/session), and beside them the holder's own
+// two statements sent by plain pgconn through transaction pooling, the
+// floor of the hold cycle's cost (statements/session):
 //
 //	go test -run '^$' -bench HoldCycle -benchtime 2s -count 3 .
 func BenchmarkHoldCycle(b *testing.B) {
@@ -151,19 +153,39 @@ func BenchmarkHoldCycle(b *testing.B) {
 		hold, _ := connectCounted(b, c, holdCyclePaths[0])
 		session, _ := connectCounted(b, c, holdCyclePaths[1])
 		ctx := b.Context()
+		raw, err := pgconn.Connect(ctx, c.WideDSN(pgbouncer.Transaction))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer raw.Close(context.Background())
 		const holdKey, sessionKey = 9202, 9204
+		// The holder's statements for one exclusive lock (key 9205), as the guard
+		// sends them: BEGIN with the transaction-level try-lock, then
+		// ROLLBACK.
+		statements := func() {
+			for _, q := range []string{"BEGIN; SELECT pg_catalog.pg_try_advisory_xact_lock(9205)", "ROLLBACK"} {
+				if _, err := raw.Exec(ctx, q).ReadAll(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 		holdCycle(ctx, b, hold, holdKey)
 		holdCycle(ctx, b, session, sessionKey)
-		var inHold, inSession time.Duration
+		statements()
+		var inHold, inSession, inStatements time.Duration
 		for b.Loop() {
 			t0 := time.Now()
 			holdCycle(ctx, b, hold, holdKey)
 			t1 := time.Now()
 			holdCycle(ctx, b, session, sessionKey)
+			t2 := time.Now()
+			statements()
 			inHold += t1.Sub(t0)
-			inSession += time.Since(t1)
+			inSession += t2.Sub(t1)
+			inStatements += time.Since(t2)
 		}
 		b.ReportMetric(float64(inHold)/float64(inSession), "hold/session")
+		b.ReportMetric(float64(inStatements)/float64(inSession), "statements/session")
 	})
 }
 

@@ -330,6 +330,41 @@ func TestIntegrationHoldFinding5MixedModes(t *testing.T) {
 		t.Fatalf("unlock of the shared lock: %v, %v", ok, err)
 	}
 	wantLocks(t, c)
+
+	// The mode taken first ends first, the other stays held (the holder
+	// ends its transaction-level lock and keeps the session-level one);
+	// then the first mode is taken again beside it.
+	const k2 = 9242
+	for _, q := range []string{"SELECT pg_advisory_lock($1)", "SELECT pg_advisory_lock_shared($1)"} {
+		if _, err := a.Exec(ctx, q, k2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !unlock(t, a, k2) {
+		t.Fatal("unlock of the exclusive lock taken first")
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ShareLock", k2))
+	if err := other.QueryRow(ctx, "SELECT pg_try_advisory_lock_shared($1)", k2).Scan(&ok); err != nil || !ok {
+		t.Fatalf("another session's shared lock beside the held shared one: %v, %v", ok, err)
+	}
+	if err := other.QueryRow(ctx, "SELECT pg_advisory_unlock_shared($1)", k2).Scan(&ok); err != nil || !ok {
+		t.Fatal(err)
+	}
+	wantHeldElsewhere(t, other, k2, true)
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k2); err != nil {
+		t.Fatal(err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k2), fmt.Sprintf("%d/ShareLock", k2))
+	if err := a.QueryRow(ctx, "SELECT pg_advisory_unlock_shared($1)", k2).Scan(&ok); err != nil || !ok {
+		t.Fatalf("unlock of the shared lock: %v, %v", ok, err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k2))
+	wantHeldElsewhere(t, other, k2, true)
+	if !unlock(t, a, k2) {
+		t.Fatal("unlock of the exclusive lock")
+	}
+	wantLocks(t, c)
+	wantHeldElsewhere(t, other, k2, false)
 }
 
 // Finding 6: the timeouts the server would apply end a held lock's wait

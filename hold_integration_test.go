@@ -540,8 +540,8 @@ func TestIntegrationHoldCost(t *testing.T) {
 	for range cycles {
 		cycle()
 	}
-	// try-lock: BEGIN and the try-lock on the holder; unlock: the unlock
-	// and ROLLBACK on the holder. The client's statements are answered by
+	// try-lock: BEGIN and the try-lock on the holder; unlock: ROLLBACK on
+	// the holder. The client's statements are answered by
 	// the guard.
 	if got := p.turns.Load(); got != holdCycleRoundTrips*cycles {
 		t.Errorf("%d round trips for %d held try-lock + unlock cycles, want %d per cycle", got, cycles, holdCycleRoundTrips)
