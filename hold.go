@@ -113,7 +113,12 @@ type holdPlan struct {
 	t      byte   // the message: 'Q' or 'P'
 	unit   uint64 // the unit a refusal ends with
 	yes    []byte // the stand-in answering true (or void)
-	no     []byte // the stand-in answering false
+	// What the stand-in answering false is made of (finishHold), which only
+	// a false answer the guard does not give itself needs; paramTypes are
+	// the Parse's bytes, valid in the Write that planned it.
+	args       []holdArg
+	alias      string
+	paramTypes []byte
 	// takenInTx: an unlock of a key a rewrite took in this transaction
 	// (true, as under PolicyRewrite).
 	takenInTx bool
@@ -396,7 +401,7 @@ func (c *guardConn) planHold(t byte, name, text string, paramTypes []byte, bind 
 	}
 	p.local = c.holdLocalShape(p, args, alias, paramTypes, bind)
 	p.yes = standIn(t, call, args, alias, true, false, paramTypes)
-	p.no = standIn(t, call, args, alias, false, false, paramTypes)
+	p.args, p.alias, p.paramTypes = args, alias, paramTypes
 	return p, nil, true
 }
 
@@ -814,7 +819,7 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 		msg = c.refuseAt(p.t, res.err, p.unit)
 		c.mu.Unlock()
 	case !res.answer:
-		msg = p.no
+		msg = standIn(p.t, p.call, p.args, p.alias, false, false, p.paramTypes)
 	}
 	if res.notice != nil {
 		c.mu.Lock()

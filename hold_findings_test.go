@@ -94,6 +94,14 @@ func directConn(t *testing.T, c *pgbouncer.Cluster) *pgx.Conn {
 	return conn
 }
 
+// holdAndDirect connects one pgx.Conn under policy hold and one plain
+// session directly on PostgreSQL, the other session of a test.
+func holdAndDirect(t *testing.T) (*pgbouncer.Cluster, *pgx.Conn, *pgx.Conn) {
+	t.Helper()
+	c, cfg := holdTest(t)
+	return c, connectT(t, cfg), directConn(t, c)
+}
+
 // wantHeldElsewhere checks from another session that k is taken (true) or
 // free (false), leaving it as it was.
 func wantHeldElsewhere(t *testing.T, other *pgx.Conn, k int64, held bool) {
@@ -303,9 +311,7 @@ func TestIntegrationHoldFinding4SelfCompat(t *testing.T) {
 
 // Finding 5: modes are held per (key, mode), as PostgreSQL counts them.
 func TestIntegrationHoldFinding5MixedModes(t *testing.T) {
-	c, cfg := holdTest(t)
-	a := connectT(t, cfg)
-	other := directConn(t, c)
+	c, a, other := holdAndDirect(t)
 	ctx := t.Context()
 	const k = 9241
 	for _, q := range []string{"SELECT pg_advisory_lock_shared($1)", "SELECT pg_advisory_lock($1)"} {
@@ -838,6 +844,42 @@ func TestIntegrationHoldLeaderKill9(t *testing.T) {
 	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k)) // one leader: the follower
 	if !unlock(t, follower, k) {
 		t.Fatal("the new leader's unlock")
+	}
+	wantLocks(t, c)
+}
+
+// A held try-lock whose literal the guard does not answer itself (the
+// server reads ' +9243' by rules the guard does not copy) is answered by
+// its stand-in on the server: true when taken, false when another session
+// holds the key, with nothing taken then.
+func TestIntegrationHoldStandInAnswers(t *testing.T) {
+	c, a, other := holdAndDirect(t)
+	ctx := t.Context()
+	const k = 9243
+	try := func() bool {
+		t.Helper()
+		var ok bool
+		if err := a.QueryRow(ctx, "SELECT pg_try_advisory_lock(' +9243')").Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !tryLock(t, other, k) {
+		t.Fatal("another session could not take the key")
+	}
+	if try() {
+		t.Fatal("held try-lock of a key another session holds: true, want false")
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k)) // the other session's only
+	if !unlock(t, other, k) {
+		t.Fatal("the other session's unlock")
+	}
+	if !try() {
+		t.Fatal("held try-lock of a free key: false, want true")
+	}
+	wantHeldElsewhere(t, other, k, true)
+	if !unlock(t, a, k) {
+		t.Fatal("unlock of the held key")
 	}
 	wantLocks(t, c)
 }
