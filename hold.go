@@ -560,10 +560,10 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 		if hl.count(p.shared) == 1 && hl.count(!p.shared) > 0 {
 			// The last lock of this mode, the other mode still held: the
 			// holder ends this mode only.
+			endsXact := hl.xact && hl.xactShared == p.shared
 			var err error
-			if hl.xact && hl.xactShared == p.shared {
+			if endsXact {
 				err = hl.h.endXactLock(ctx)
-				hl.xact = err != nil
 			} else {
 				err = hl.h.unlock(ctx, p.key, p.shared)
 			}
@@ -575,6 +575,9 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 					return holdResult{}, err
 				}
 				return holdResult{err: &HoldError{Func: p.call.Func, Key: p.key.String(), Err: err}}, nil
+			}
+			if endsXact {
+				hl.xact = false
 			}
 		}
 		hl.add(p.shared, -1)
@@ -821,6 +824,7 @@ func (c *guardConn) finishHold(out net.Buffers) error {
 	case !res.answer:
 		msg = standIn(p.t, p.call, p.args, p.alias, false, false, p.paramTypes)
 	}
+	p.paramTypes = nil // the caller's bytes: the plan may outlive the Write (undo)
 	if res.notice != nil {
 		c.mu.Lock()
 		c.holdNotices = append(c.holdNotices, localReply{after: p.unit, b: res.notice})
