@@ -22,8 +22,11 @@ func (e *placeholderError) Unwrap() error { return e.err }
 // placeholderHint returns err, or err with the sqlxbind hint when it is a
 // syntax error (42601) at or right after a '?' of query.
 func placeholderHint(query string, err error) error {
+	if err == nil {
+		return nil // before pe: declared, it is allocated on every statement
+	}
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || pe.Code != "42601" || pe.Position < 1 || !strings.Contains(query, "?") {
+	if !errors.As(err, &pe) || pe.Code != "42601" || pe.Position < 1 || !strings.Contains(query, "?") {
 		return err
 	}
 	// Position counts characters from 1. The parser reports "at or near"
