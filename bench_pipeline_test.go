@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
@@ -28,7 +31,8 @@ import (
 // cache_describe; through PgBouncer with cache_describe, pgx's default being
 // unsafe behind the pooler. It reports locks/s and the client's CPU per
 // lock (client-µs/lock: on a machine shared with the server, what a leaner
-// client leaves to PostgreSQL), and logs each variant's locks/s relative to
+// client leaves to PostgreSQL) and the goroutines created per lock (one:
+// database/sql's for each sql.Tx, see BenchmarkSQLTxCost), and logs each variant's locks/s relative to
 // pgx stdlib:
 //
 //	go test -run '^$' -bench LockCycle -benchtime 3s -count 3 .
@@ -81,7 +85,7 @@ func BenchmarkLockCycle(b *testing.B) {
 				}
 				var seq atomic.Int64
 				b.SetParallelism(parallelism)
-				cpuBefore := selfCPU(b)
+				cpuBefore, goroutinesBefore := selfCPU(b), goroutinesCreated()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
@@ -96,6 +100,7 @@ func BenchmarkLockCycle(b *testing.B) {
 				if b.N > 0 && b.Elapsed() > 0 {
 					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
 					b.ReportMetric(float64((selfCPU(b)-cpuBefore).Microseconds())/float64(b.N), "client-µs/lock")
+					b.ReportMetric(float64(goroutinesCreated()-goroutinesBefore)/float64(b.N), "goroutines/lock")
 					perOp[v.name] = b.Elapsed() / time.Duration(b.N)
 				}
 			})
@@ -204,4 +209,110 @@ func procCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// goroutinesCreated is the process's count of goroutines created so far
+// (runtime/metrics), for benchmarks that report goroutines per cycle: a
+// count, not a time, so that it holds on a noisy machine.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// BenchmarkSQLTxCost shows what database/sql's own transaction costs a lock
+// cycle on one connection. It runs three cycles in turn on a database/sql
+// pool of one connection: raw, (e)'s cycle on that connection through
+// sql.Conn.Raw (a pgx.Batch of BEGIN and the lock statement, then COMMIT:
+// two round trips); raw+goroutine, the same with one goroutine started
+// before it and released by a context's cancellation after it — the
+// lifecycle database/sql gives every sql.Tx (its awaitDone goroutine); and
+// tx, BeginTx, ExecContext of the lock statement, Commit. It reports the
+// ratios of their times to raw's, and the goroutines each creates per
+// cycle. Through the pgadvisory driver (BEGIN sent with the lock statement)
+// tx makes raw's two round trips; through pgx stdlib, three:
+//
+//	go test -run '^$' -bench SQLTxCost -benchtime 4000x -count 3 .
+func BenchmarkSQLTxCost(b *testing.B) {
+	c := pgbouncer.Need(b, cluster)
+	const lock = "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)"
+	for _, drv := range []string{"pgadvisory", "pgx"} {
+		b.Run("driver="+drv, func(b *testing.B) {
+			db, err := sql.Open(drv, withParams(b, c.DirectDSN(), "default_query_exec_mode", "cache_describe"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			ctx := context.Background()
+			raw := func(key int64) {
+				conn, err := db.Conn(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
+				err = conn.Raw(func(dc any) error {
+					pc := dc.(interface{ Conn() *pgx.Conn }).Conn()
+					batch := &pgx.Batch{}
+					batch.Queue("BEGIN")
+					batch.Queue(lock, "10000ms", key)
+					if err := pc.SendBatch(ctx, batch).Close(); err != nil {
+						return err
+					}
+					_, err := pc.Exec(ctx, "COMMIT")
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			rawGoroutine := func(key int64) {
+				txCtx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { <-txCtx.Done(); close(done) }()
+				raw(key)
+				cancel()
+				<-done
+			}
+			tx := func(key int64) {
+				t, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := t.ExecContext(ctx, lock, "10000ms", key); err != nil {
+					_ = t.Rollback()
+					b.Fatal(err)
+				}
+				if err := t.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cycles := []struct {
+				name string
+				run  func(int64)
+			}{{"raw", raw}, {"raw+goroutine", rawGoroutine}, {"tx", tx}}
+			took := make([]time.Duration, len(cycles))
+			created := make([]uint64, len(cycles))
+			for _, cy := range cycles {
+				cy.run(7_700_000) // prepares the statement
+			}
+			var n int64
+			for b.Loop() {
+				n++
+				key := 7_700_000 + n%100
+				for i, cy := range cycles {
+					g, start := goroutinesCreated(), time.Now()
+					cy.run(key)
+					took[i] += time.Since(start)
+					created[i] += goroutinesCreated() - g
+				}
+			}
+			for i, cy := range cycles {
+				if i > 0 {
+					b.ReportMetric(float64(took[i])/float64(took[0]), cy.name+"/raw")
+				}
+				b.ReportMetric(float64(created[i])/float64(n), "goroutines/"+cy.name)
+			}
+		})
+	}
 }

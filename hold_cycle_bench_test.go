@@ -122,10 +122,11 @@ func holdCycle(ctx context.Context, tb testing.TB, conn *pgx.Conn, key int64) {
 
 // BenchmarkHoldCycle measures the session lock + unlock cycle under
 // PolicyHold behind PgBouncer transaction pooling against plain pgx through
-// PgBouncer session pooling, one connection each, and reports locks/s and
-// the round trips per cycle, counted on the network connections (holders
-// included), not timed; path=paired runs the two in turn and reports the
-// ratio of their times (hold/session), and beside them the holder's own
+// PgBouncer session pooling, one connection each, and reports locks/s, the
+// round trips per cycle, counted on the network connections (holders
+// included), not timed, and the goroutines created per cycle; path=paired
+// runs the two in turn and reports the ratio of their times
+// (hold/session), and beside them the holder's own
 // two statements sent by plain pgconn through transaction pooling, the
 // floor of the hold cycle's cost (statements/session):
 //
@@ -138,11 +139,12 @@ func BenchmarkHoldCycle(b *testing.B) {
 			ctx := b.Context()
 			const key = 9202
 			holdCycle(ctx, b, conn, key) // prepares the statements, opens the holder
-			start := tc.n.Load()
+			start, goroutines := tc.n.Load(), goroutinesCreated()
 			for b.Loop() {
 				holdCycle(ctx, b, conn, key)
 			}
 			b.ReportMetric(float64(tc.n.Load()-start)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(goroutinesCreated()-goroutines)/float64(b.N), "goroutines/op")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "locks/s")
 		})
 	}
