@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -122,6 +123,28 @@ type Result struct {
 	// (targets that are a RoundTripCounter; else 0 and Counted false).
 	RoundTrips int64
 	Counted    bool
+	// Goroutines is the goroutines the process created during the
+	// measured phases (runtime/metrics): database/sql creates one for
+	// every sql.Tx, and each costs a thread wake-up at one worker.
+	// GoroutinesCounted is false when the cell was not measured.
+	Goroutines        uint64
+	GoroutinesCounted bool
+}
+
+// GoroutinesPerCycle returns the goroutines created per completed cycle
+// during the measured phases, and whether they were counted.
+func (r *Result) GoroutinesPerCycle() (float64, bool) {
+	if !r.GoroutinesCounted || r.Locks == 0 {
+		return 0, false
+	}
+	return float64(r.Goroutines) / float64(r.Locks), true
+}
+
+// goroutinesCreated is the process's count of goroutines created so far.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // RoundTripsPerCycle returns the counted round trips per completed cycle,
@@ -286,9 +309,12 @@ func runCell(ctx context.Context, c *Config, grace time.Duration, round int, r *
 		rtBefore = rtc.RoundTrips()
 	}
 	before := readMeters(c.Meters)
+	goroutines := goroutinesCreated()
 	start := time.Now()
 	stats := phase(ctx, t, r.Workload, c.KeyBase, c.Duration, grace, seed, NewHistogram, CellKey(r))
 	elapsed := time.Since(start)
+	r.Goroutines += goroutinesCreated() - goroutines
+	r.GoroutinesCounted = true
 	after := readMeters(c.Meters)
 	if counted {
 		r.Counted = true

@@ -286,6 +286,45 @@ func TestRunMaxWorkersAndRoundTrips(t *testing.T) {
 	if _, ok := Find(res, "single", "a", PathDirect).RoundTripsPerCycle(); ok {
 		t.Error("a target without a counter reported round trips")
 	}
+	// The engine's own workers are created in the measured phase too: a
+	// few among thousands of cycles.
+	if x, ok := r.GoroutinesPerCycle(); !ok || x > 0.01 {
+		t.Errorf("goroutines per cycle = %v, %v; want about 0 counted (the in-memory target starts none)", x, ok)
+	}
+}
+
+// spawningLocks is memLocks starting and awaiting one goroutine per
+// cycle, as database/sql does for each transaction.
+type spawningLocks struct{ memLocks }
+
+func (s *spawningLocks) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	done := make(chan struct{})
+	go close(done)
+	<-done
+	return s.memLocks.Cycle(ctx, key)
+}
+
+func TestRunCountsGoroutines(t *testing.T) {
+	res, err := Run(context.Background(), Config{
+		Workloads: []Workload{{Name: "w", Workers: 2, Keys: 3}},
+		Variants:  []Variant{variantOf("a", PathDirect, &spawningLocks{})},
+		Duration:  20 * time.Millisecond,
+		Warmup:    5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Find(res, "w", "a", PathDirect)
+	if x, ok := r.GoroutinesPerCycle(); !ok || x < 1 || x > 1.01 {
+		t.Errorf("goroutines per cycle = %v, %v; want 1 counted", x, ok)
+	}
+	var b strings.Builder
+	if err := WriteMarkdown(&b, &Report{Locks: res, Baseline: "a", Refs: []Ref{{Num: "a", Den: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| —, — | 1.00, 1.00 |") {
+		t.Errorf("report lacks the goroutines per cycle:\n%s", b.String())
+	}
 }
 
 func TestRoundTripGoalAndRefs(t *testing.T) {
@@ -312,7 +351,7 @@ func TestRoundTripGoalAndRefs(t *testing.T) {
 		Goals: []Goal{{Text: "trips", Workload: "w", Num: "i", NumPath: PathPgBouncer, MaxRoundTrips: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 0.50 | — | 4.00, — |", "| trips | 4.00 round trips | — | missed (2.00 too many) |"} {
+	for _, want := range []string{"| 0.50 | — | 4.00, — | —, — |", "| trips | 4.00 round trips | — | missed (2.00 too many) |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}

@@ -18,8 +18,9 @@ const CPUBoundShare = 0.85
 // busy the machine was during its two cells and what that implies (total
 // CPU per lock when CPU-bound; otherwise, through PgBouncer, how long each
 // lock held one of its server connections), how far the ceiling variant on
-// the same path got, PgBouncer's CPU use, and where the numerator's client
-// CPU went by layer. It returns one sentence per bullet, nothing when the
+// the same path got, PgBouncer's CPU use, the goroutines the numerator
+// starts per cycle beyond the denominator's, and where the numerator's
+// client CPU went by layer. It returns one sentence per bullet, nothing when the
 // goal was met or not measured, and leaves out a bullet whose data is
 // missing (no meters, no CPU count, no profile).
 func Explain(rep *Report, v Verdict) []string {
@@ -121,6 +122,16 @@ func Explain(rep *Report, v Verdict) []string {
 			s += " (PgBouncer runs on one thread: it had room left)."
 		}
 		out = append(out, s)
+	}
+
+	// Goroutines the numerator starts per cycle that the denominator does
+	// not: database/sql's for each transaction, a thread wake-up at BEGIN
+	// and at COMMIT when the scheduler has idle threads.
+	if ng, ok1 := num.GoroutinesPerCycle(); ok1 {
+		if dg, ok2 := den.GoroutinesPerCycle(); ok2 && ng-dg >= 0.5 {
+			out = append(out, fmt.Sprintf("%s created %.2f goroutines per cycle, %s %.2f: database/sql starts one for every transaction (sql.Tx), and readies it again at its end; with idle cores each costs a thread wake-up, which the client CPU shows as Go runtime.",
+				nt, ng, dt, dg))
+		}
 	}
 
 	// Where the numerator's client CPU went.

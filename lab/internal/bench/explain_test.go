@@ -255,3 +255,17 @@ func TestExplainLeavesOutIdleMeters(t *testing.T) {
 	}
 	checkBullets(t, explainFirst(rep), []string{"cores: client 0.90, postgres 1.00)", "(client + postgres)"}, []string{"pgbouncer"})
 }
+
+// A numerator that starts a goroutine per cycle (database/sql's
+// transaction) where the denominator starts none is told; a difference
+// under half a goroutine per cycle is not.
+func TestExplainGoroutines(t *testing.T) {
+	rep := cpuBoundReport()
+	num := Find(rep.Locks, "contended", "c", PathDirect)
+	den := Find(rep.Locks, "contended", "a", PathDirect)
+	num.Goroutines, num.GoroutinesCounted = uint64(num.Locks), true
+	den.Goroutines, den.GoroutinesCounted = 0, true
+	checkBullets(t, explainFirst(rep), []string{"(c) created 1.00 goroutines per cycle, (a) 0.00: database/sql starts one for every transaction"}, nil)
+	den.Goroutines = uint64(den.Locks) * 3 / 4
+	checkBullets(t, explainFirst(rep), nil, []string{"goroutines per cycle"})
+}

@@ -321,16 +321,17 @@ func writeRefs(p func(string, ...any), rep *Report) {
 		return
 	}
 	p("### Ratios to reference (same run)\n\n")
-	p("| workload | cell | locks/s | reference | locks/s | ratio | interleaved | round trips/cycle (cell, reference) |\n")
-	p("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |\n")
+	p("| workload | cell | locks/s | reference | locks/s | ratio | interleaved | round trips/cycle (cell, reference) | goroutines/cycle (cell, reference) |\n")
+	p("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, rw := range rows {
 		n, d := rw[0], rw[1]
-		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s | %s, %s |\n", mdEscape(n.Workload.Name),
+		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s | %s, %s | %s, %s |\n", mdEscape(n.Workload.Name),
 			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(),
 			formatRate(n, d), formatRate(pairedOf(rep.Paired, n), pairedOf(rep.Paired, d)),
-			formatRoundTrips(n), formatRoundTrips(d))
+			formatRoundTrips(n), formatRoundTrips(d), formatGoroutines(n), formatGoroutines(d))
 	}
 	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
+	p(" Goroutines are the goroutines the bench process created during the cell's measured phases, per cycle: database/sql creates one for every transaction (sql.Tx), which wakes a thread at each BEGIN and COMMIT.")
 	if len(rep.Paired) > 0 {
 		p(" Interleaved is the ratio of the same two cells run again on one worker each, in alternating turns in a random order (both see the same moments of the machine), for the workloads of one worker.")
 	}
@@ -353,6 +354,13 @@ func pairedOf(paired []*Result, r *Result) *Result {
 		return nil
 	}
 	return Find(paired, r.Workload.Name, r.Variant.ID, r.Variant.Path)
+}
+
+func formatGoroutines(r *Result) string {
+	if x, ok := r.GoroutinesPerCycle(); ok {
+		return fmt.Sprintf("%.2f", x)
+	}
+	return "—"
 }
 
 func formatRoundTrips(r *Result) string {
