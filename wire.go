@@ -394,7 +394,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 		case t == 'Q' && i == 0 && end == len(data) && c.mayDeferBegin(data[5:end-1]):
 			// A BEGIN alone, as pgx's Begin sends it: answer it here and
 			// send it with the transaction's first statement.
-			c.begin.pending = string(data[5 : end-1])
+			c.begin.pending = beginText(data[5 : end-1])
 			c.predicted = 'T'
 			c.answer(encodeMessage('C', []byte(lockscan.Transaction(c.begin.pending).Tag()+"\x00")), encodeReady('T'))
 			repl = []byte{}
@@ -619,7 +619,11 @@ func (c *guardConn) localDue() bool {
 	if len(c.local) == 0 || c.local[0].after > c.recv || c.begin.flight.active {
 		return false
 	}
-	c.ready = append(c.ready, c.takeLocal()...)
+	if len(c.ready) == 0 {
+		c.ready = c.takeLocal() // the replies' own bytes: nothing else refers to them
+	} else {
+		c.ready = append(c.ready, c.takeLocal()...)
+	}
 	return true
 }
 
@@ -634,6 +638,10 @@ func (c *guardConn) drainPending() error {
 		return err
 	}
 	if d > 0 {
+		if len(c.ready) == 0 {
+			c.ready = buf[:d:d] // buf is no longer c.pending: nothing else refers to it
+			return nil
+		}
 		r := make([]byte, 0, d+len(c.ready))
 		r = append(r, buf[:d]...)
 		c.ready = append(r, c.ready...)
@@ -857,7 +865,11 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 
 // answer queues a reply the guard makes itself. c.mu held.
 func (c *guardConn) answer(parts ...[]byte) {
-	var b []byte
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
 	for _, p := range parts {
 		b = append(b, p...)
 	}
@@ -871,14 +883,35 @@ func (c *guardConn) answer(parts ...[]byte) {
 
 func encodeReady(status byte) []byte { return []byte{'Z', 0, 0, 0, 5, status} }
 
-// takeLocal removes and returns the local replies due now. c.mu held.
+// takeLocal removes and returns the local replies due now: a reply's own
+// bytes when one is due (nothing else refers to them once taken), else
+// their concatenation. c.mu held.
 func (c *guardConn) takeLocal() []byte {
-	var out []byte
-	for len(c.local) > 0 && c.local[0].after <= c.recv {
-		out = append(out, c.local[0].b...)
-		c.local = c.local[1:]
+	due := 0
+	for due < len(c.local) && c.local[due].after <= c.recv {
+		due++
 	}
+	var out []byte
+	if due == 1 {
+		out = c.local[0].b
+	} else {
+		for _, r := range c.local[:due] {
+			out = append(out, r.b...)
+		}
+	}
+	rest := copy(c.local, c.local[due:])
+	clear(c.local[rest:])
+	c.local = c.local[:rest]
 	return out
+}
+
+// beginText is the text of a BEGIN the guard defers, without an allocation
+// for pgx's own.
+func beginText(b []byte) string {
+	if string(b) == "begin" {
+		return "begin"
+	}
+	return string(b)
 }
 
 // normalizeDefault maps the server's default value to "" (the zero value of
