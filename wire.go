@@ -508,7 +508,7 @@ func (c *guardConn) Read(p []byte) (int, error) {
 			continue
 		}
 		n, err := c.networkRead(p)
-		d, perr := c.backend(p[:n], true)
+		d, perr := c.backend(p[:n])
 		if perr != nil {
 			return 0, perr
 		}
@@ -633,7 +633,7 @@ func (c *guardConn) localDue() bool {
 func (c *guardConn) drainPending() error {
 	buf := c.pending
 	c.pending = nil
-	d, err := c.backend(buf, false)
+	d, err := c.backend(buf)
 	if err != nil {
 		return err
 	}
@@ -670,12 +670,12 @@ func (c *guardConn) drainPending() error {
 	return nil
 }
 
-// backend examines b. It returns how many leading bytes of b go to the
-// reader as they are. Bytes after that are copied into c.pending (to be
-// examined again) or, for a replaced message, its replacement goes to
-// c.ready and the rest to c.pending. inPlace says b is the reader's own
-// buffer (so the part returned is delivered from there).
-func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
+// backend examines b, the reader's buffer or the guard's held bytes, which
+// it may rewrite. It returns how many leading bytes of b go to the reader
+// as they are. Bytes after that are copied into c.pending (to be examined
+// again) or, for a replaced message, its replacement goes to c.ready and
+// the rest to c.pending; a dropped message is cut out of b in place.
+func (c *guardConn) backend(b []byte) (int, error) {
 	i := 0
 	swallowing := c.begin.swallow.Load() > 0 // changes only in observe
 	for i < len(b) {
@@ -756,6 +756,14 @@ func (c *guardConn) backend(b []byte, inPlace bool) (int, error) {
 			return i, nil
 		}
 		if repl := c.observe(t, b[i+5:end]); repl != nil {
+			if len(repl) == 0 {
+				// Dropped (a deferred BEGIN's replies): close the gap and go
+				// on. b is the reader's buffer or the guard's own held bytes,
+				// and the bytes after the returned count are not read.
+				b = b[:i+copy(b[i:], b[end:])]
+				swallowing = c.begin.swallow.Load() > 0
+				continue
+			}
 			c.ready = append(c.ready, repl...)
 			c.pending = append(c.pending, b[end:]...)
 			return i, nil
