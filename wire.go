@@ -111,11 +111,12 @@ type guardConn struct {
 
 	// Write side (held while writing).
 	wmu     sync.Mutex
-	started bool   // the startup message has gone
-	wpart   []byte // the beginning of a frontend message cut by Write
-	wjoin   []byte // an edited write joined into one buffer (writeBuffers)
-	wskip   int    // bytes of a passed-through frontend message still to come
-	wdrop   bool   // those bytes are dropped (answered here)
+	started bool        // the startup message has gone
+	wpart   []byte      // the beginning of a frontend message cut by Write
+	wjoin   []byte      // an edited write joined into one buffer (writeBuffers)
+	wbufs   net.Buffers // the array of the last edited write's buffers, reused (frontend)
+	wskip   int         // bytes of a passed-through frontend message still to come
+	wdrop   bool        // those bytes are dropped (answered here)
 	unit    unitState
 
 	// Shared by both sides.
@@ -247,6 +248,9 @@ func (c *guardConn) Write(b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if out != nil {
+		defer c.recycleBuffers(out)
+	}
 	if c.hold != nil {
 		if err := c.finishHold(out); err != nil {
 			return 0, err
@@ -262,6 +266,13 @@ func (c *guardConn) Write(b []byte) (int, error) {
 		return 0, c.lostWith(err)
 	}
 	return len(b), nil
+}
+
+// recycleBuffers keeps out's array for the next edited write, without the
+// caller's bytes. c.wmu held.
+func (c *guardConn) recycleBuffers(out net.Buffers) {
+	clear(out[:cap(out)])
+	c.wbufs = out[:0]
 }
 
 // maxJoinedWrite bounds the edited writes that are joined into one buffer
@@ -336,7 +347,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 		return append(net.Buffers{data[:n]}, rest...), nil
 	}
 	var (
-		out     net.Buffers
+		out     = c.wbufs[:0] // the edited form: lives until Write returns
 		segFrom int
 	)
 	c.mu.Lock()
@@ -437,8 +448,8 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 		}
 		i = end
 	}
-	if out == nil {
-		return nil, nil
+	if len(out) == 0 {
+		return nil, nil // nothing appended: data goes as it is
 	}
 	return append(out, data[segFrom:]), nil
 }

@@ -33,6 +33,9 @@ type deferredBegin struct {
 	flight  beginFlight  // the BEGIN sent in front of a transaction's first unit
 	aborted bool         // that BEGIN failed: the client's transaction is aborted here
 	swallow atomic.Int32 // >0: the reader must look at every message (begin in flight)
+	// encoded holds the last prefix's messages, reused by the next: a
+	// prefix lives only until the Write that sends it returns.
+	encoded []byte
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
@@ -101,10 +104,11 @@ func (c *guardConn) beginPrefix(t byte) []byte {
 	text := c.begin.pending
 	c.begin.pending = ""
 	c.begin.swallow.Store(1)
-	var b []byte
+	b := c.begin.encoded[:0]
 	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
 	b, _ = (&pgproto3.Bind{}).Encode(b)
 	b, _ = (&pgproto3.Execute{}).Encode(b)
+	c.begin.encoded = b
 	c.begin.flight = beginFlight{active: true, extraSync: t == 'Q', takeBack: text, prefix: b}
 	return b
 }
