@@ -11,14 +11,19 @@ import (
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/advisory"
 	"github.com/pgadvisory/pgadvisory/advisory/pgxadvisory"
+	"github.com/pgadvisory/pgadvisory/lockscan"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	"github.com/pgadvisory/pgadvisory/poolmode"
 )
 
 // guardedPool opens a pgxpool through the pgadvisory guard
-// (pgadvisory.ParsePoolConfig), which picks a safe exec mode itself.
+// (pgadvisory.ParsePoolConfig), which picks a safe exec mode itself. The
+// parser is warmed first: without cgo its start-up takes seconds (more on
+// a loaded machine), and a scan waits for it, which the tests' lock
+// timeouts must not count.
 func guardedPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
+	lockscan.Warm()
 	return openParsed(t, func(dsn string) (*pgxpool.Config, error) { return pgadvisory.ParsePoolConfig(dsn) }, dsn)
 }
 
