@@ -1298,9 +1298,16 @@ func (p *holderPool) get(ctx context.Context, cfg func() *pgconn.Config) (*holde
 // maxIdleHolders it is closed.
 func (p *holderPool) put(h *holderConn, rollback bool) {
 	if rollback && h.alive() {
-		ctx, cancel := context.WithTimeout(context.Background(), holderReleaseWait)
-		err := h.release(ctx)
-		cancel()
+		// Bounded by a read deadline rather than a context (no
+		// allocation): past it the reader ends the holder, and the wait
+		// for the reply with it.
+		err := h.nc.SetReadDeadline(time.Now().Add(holderReleaseWait))
+		if err == nil {
+			err = h.release(context.Background())
+		}
+		if err == nil {
+			err = h.nc.SetReadDeadline(time.Time{})
+		}
 		if err != nil {
 			h.close() // inside its transaction: the pooler drops the server
 			return
@@ -1360,6 +1367,7 @@ type holderConn struct {
 	// transaction, which ROLLBACK does not end (writer side).
 	sessionLocks bool
 	idleTimer    *time.Timer // while idle: closes it (one timer, reset at each put)
+	wbuf         []byte      // send's encoded Query (writer side)
 
 	mu     sync.Mutex
 	onLost func(error)
@@ -1496,10 +1504,7 @@ func (h *holderConn) watch(f func(error)) {
 // ends (the caller's deadline, or Close): the holder is closed then, since
 // its state is not known.
 func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error) {
-	stop := context.AfterFunc(ctx, func() { h.nc.SetWriteDeadline(time.Now()) })
-	h.fe.Send(&pgproto3.Query{String: sql})
-	err := h.fe.Flush()
-	if !stop() || err != nil {
+	if err := h.send(ctx, sql); err != nil {
 		h.close()
 		if ctx.Err() != nil {
 			return holderReply{}, errHoldCanceled
@@ -1516,6 +1521,38 @@ func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error)
 		h.close()
 		return holderReply{}, errHoldCanceled
 	}
+}
+
+// holderWriteTimeout bounds a holder's write when ctx has no deadline
+// sooner. A query of a few hundred bytes to a server that answered every
+// earlier one goes into the socket's buffer at once, so the bound is never
+// waited for in practice: a write that does take it finds a server not
+// reading, and fails. A deadline costs no allocation; watching ctx for the
+// write (context.AfterFunc) cost seven per query, and a ctx that ends
+// without a deadline (Close, pgx's cancel) still ends the wait for the
+// reply at once.
+const holderWriteTimeout = 5 * time.Second
+
+// send writes one simple Query (writer side), by ctx's deadline or
+// holderWriteTimeout, whichever comes first.
+func (h *holderConn) send(ctx context.Context, sql string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	buf, err := (&pgproto3.Query{String: sql}).Encode(h.wbuf[:0])
+	if err != nil {
+		return err
+	}
+	h.wbuf = buf
+	deadline := time.Now().Add(holderWriteTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := h.nc.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	_, err = h.nc.Write(buf)
+	return err
 }
 
 // rollback ends the holder's transaction, which took nothing.
