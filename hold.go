@@ -1366,8 +1366,8 @@ type holderConn struct {
 	// sessionLocks: the holder took a session-level lock in its current
 	// transaction, which ROLLBACK does not end (writer side).
 	sessionLocks bool
-	idleTimer    *time.Timer // while idle: closes it (one timer, reset at each put)
-	wbuf         []byte      // send's encoded Query (writer side)
+	idleTimer    *time.Timer    // while idle: closes it (one timer, reset at each put)
+	queryMsg     pgproto3.Query // send's message, reused so that it does not escape per query (writer side)
 
 	mu     sync.Mutex
 	onLost func(error)
@@ -1539,11 +1539,6 @@ func (h *holderConn) send(ctx context.Context, sql string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	buf, err := (&pgproto3.Query{String: sql}).Encode(h.wbuf[:0])
-	if err != nil {
-		return err
-	}
-	h.wbuf = buf
 	deadline := time.Now().Add(holderWriteTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -1551,8 +1546,9 @@ func (h *holderConn) send(ctx context.Context, sql string) error {
 	if err := h.nc.SetWriteDeadline(deadline); err != nil {
 		return err
 	}
-	_, err = h.nc.Write(buf)
-	return err
+	h.queryMsg.String = sql
+	h.fe.Send(&h.queryMsg)
+	return h.fe.Flush()
 }
 
 // rollback ends the holder's transaction, which took nothing.
