@@ -115,8 +115,9 @@ type Event struct {
 //     the one writing the statement (inside pgconn's write of it, after
 //     the guard's decision and before the statement's reply is read), the
 //     pool's hook goroutine for EventLeaked and for releases on Close and
-//     pgxpool's Release, and the holder connection's reader goroutine for
-//     EventLost. Calls for one connection can come from several
+//     pgxpool's Release, and for EventLost the holder connection's reader
+//     goroutine (or one of its own, when the guard finds the end in a reply
+//     it reads itself). Calls for one connection can come from several
 //     goroutines, and one Tracer serves every connection of its config:
 //     it must be safe for concurrent use.
 //   - It must not block: the statement waits for it. Count, observe,
@@ -278,7 +279,7 @@ func (c *guardConn) traceReleased(key holdKey) {
 }
 
 // traceLost reports the loss of held key, from the holder's reader
-// goroutine, which holds none of the connection's locks.
+// goroutine or one of its own, which hold none of the connection's locks.
 func (g *guard) traceLost(key holdKey, cause error) {
 	if g.cfg.tracer == nil {
 		return

@@ -604,15 +604,27 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	if err := c.g.holders.reserve(len(hs.keys), c.g.cfg.holdPerConn, c.g.cfg.holdPerGuard); err != nil {
 		return holdResult{err: err}, nil
 	}
-	h, err := c.g.holders.get(ctx, c.holderConfig)
-	if err != nil {
+	h, reused, err := c.g.holders.get(ctx, c.holderConfig)
+	var ok bool
+	if err == nil {
+		ok, err = c.pollLock(ctx, h, p, true)
+		if err != nil && reused && h.ended() && ctx.Err() == nil {
+			// An idle holder whose connection ended unread (the pooler
+			// closed it): a connection that ended holds nothing, so the
+			// lock is taken on a new one.
+			c.g.holders.put(h, false)
+			if h, err = dialHolder(ctx, c.holderConfig()); err == nil {
+				ok, err = c.pollLock(ctx, h, p, true)
+			}
+		}
+	}
+	if h == nil {
 		c.g.holders.unreserve()
 		if ctx.Err() != nil {
 			return holdResult{}, errHoldCanceled // as a wait that ends while polling
 		}
 		return c.holdFailure(p, false, err)
 	}
-	ok, err := c.pollLock(ctx, h, p, true)
 	if err != nil || !ok {
 		c.g.holders.unreserve()
 		c.g.holders.put(h, false)
@@ -1275,21 +1287,24 @@ func (p *holderPool) unreserve() {
 	p.mu.Unlock()
 }
 
-// get returns an idle holder or connects a new one with the config cfg
-// returns (made only then: a copy of the client's config).
-func (p *holderPool) get(ctx context.Context, cfg func() *pgconn.Config) (*holderConn, error) {
+// get returns an idle holder (reused) or connects a new one with the
+// config cfg returns (made only then: a copy of the client's config). Nobody
+// reads an idle holder: one whose connection ended is found by its next
+// query.
+func (p *holderPool) get(ctx context.Context, cfg func() *pgconn.Config) (h *holderConn, reused bool, err error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		h := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if h.alive() {
+		if !h.ended() {
 			h.idleTimer.Stop()
 			p.mu.Unlock()
-			return h, nil
+			return h, true, nil
 		}
 	}
 	p.mu.Unlock()
-	return dialHolder(ctx, cfg())
+	h, err = dialHolder(ctx, cfg())
+	return h, false, err
 }
 
 // put takes h back. rollback: it holds locks, which it releases (unlock_all
@@ -1315,7 +1330,7 @@ func (p *holderPool) put(h *holderConn, rollback bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !h.alive() || h.status != 'I' || len(p.idle) >= maxIdleHolders {
+	if h.ended() || h.status != 'I' || len(p.idle) >= maxIdleHolders {
 		go h.close()
 		return
 	}
@@ -1354,15 +1369,32 @@ func (p *holderPool) expire(h *holderConn) {
 }
 
 // holderConn is a server connection that holds locks for a client: the
-// guard speaks to it in simple Query messages over the raw protocol, and a
-// reader goroutine sees at once when the connection ends.
+// guard speaks to it in simple Query messages over the raw protocol.
+//
+// Who reads its replies: the guard, on the goroutine that sent the query,
+// while nothing is held or a lock has been held for less than
+// holderWatchDelay; past that, a reader goroutine, which sees at once when
+// the connection ends, and hands each reply over. A lock taken and released
+// within the delay costs no goroutine hand-off; one held longer is watched
+// from then on. Between them, rmu: a query that reads its own reply holds
+// it from its write to its reply, and the reader is started only under it.
 type holderConn struct {
 	nc      net.Conn
 	fe      *pgproto3.Frontend
 	results chan holderReply
 	dead    chan struct{}
-	err     error // why dead closed
-	status  byte  // after the last reply (writer side)
+	// wake tells the waiting reader to read: the holder is watched, or it
+	// is closed.
+	wake   chan struct{}
+	err    error // why dead closed
+	status byte  // after the last reply (writer side)
+	// watchTimer starts the reader holderWatchDelay after a lock was taken
+	// (writer side: armed and stopped by watch).
+	watchTimer *time.Timer
+	rmu        sync.Mutex
+	// reading: the reader reads the next reply; otherwise query reads it
+	// (rmu held).
+	reading bool
 	// sessionLocks: the holder took a session-level lock in its current
 	// transaction, which ROLLBACK does not end (writer side).
 	sessionLocks bool
@@ -1379,6 +1411,9 @@ type holderReply struct {
 	value  string // first column of the last row
 	err    *pgconn.PgError
 	status byte // ReadyForQuery
+	// parked: the reader stops reading after this reply (the holder is no
+	// longer watched), so query reads the next one.
+	parked bool
 }
 
 func dialHolder(ctx context.Context, cfg *pgconn.Config) (*holderConn, error) {
@@ -1396,16 +1431,49 @@ func dialHolder(ctx context.Context, cfg *pgconn.Config) (*holderConn, error) {
 
 // newHolderConn starts the reader of a holder connection past its start-up.
 func newHolderConn(nc net.Conn, fe *pgproto3.Frontend, status byte) *holderConn {
-	h := &holderConn{nc: nc, fe: fe, results: make(chan holderReply, 4), dead: make(chan struct{}), status: status}
+	h := &holderConn{nc: nc, fe: fe, results: make(chan holderReply, 4), dead: make(chan struct{}), wake: make(chan struct{}, 1), status: status}
 	go h.read()
 	return h
 }
 
-// read receives the server's messages until the connection ends. It reads
-// strictly: a row without its description, a row of other than one column
-// or a ReadyForQuery with an unknown status ends the connection (the holder
-// is not speaking PostgreSQL's protocol as the guard does).
+// read is the holder's reader: it waits until the holder is watched (or
+// closed), then receives the server's replies until one arrives after the
+// watch ended, and waits again; it ends with the connection.
 func (h *holderConn) read() {
+	for {
+		select {
+		case <-h.wake:
+		case <-h.dead:
+			return
+		}
+		for {
+			r, err := h.receive()
+			if err != nil {
+				if f := h.die(err); f != nil {
+					f(err)
+				}
+				return
+			}
+			h.mu.Lock()
+			r.parked = h.onLost == nil && !h.closed
+			h.mu.Unlock()
+			select {
+			case h.results <- r:
+			default: // nobody asked: not a reply to the guard
+			}
+			if r.parked {
+				break
+			}
+		}
+	}
+}
+
+// receive reads the server's messages up to the next ReadyForQuery and
+// returns them as one reply. It reads strictly: a row without its
+// description, a row of other than one column or a ReadyForQuery with an
+// unknown status is an error (the holder is not speaking PostgreSQL's
+// protocol as the guard does).
+func (h *holderConn) receive() (holderReply, error) {
 	var cur holderReply
 	var last *pgconn.PgError
 	described := false
@@ -1415,22 +1483,19 @@ func (h *holderConn) read() {
 			if last != nil {
 				err = fmt.Errorf("%w (%v)", last, err)
 			}
-			h.die(err)
-			return
+			return holderReply{}, err
 		}
 		switch m := msg.(type) {
 		case *pgproto3.RowDescription:
 			if len(m.Fields) != 1 {
-				h.die(errors.New("pgadvisory: holder connection: a result of " + strconv.Itoa(len(m.Fields)) + " columns"))
-				return
+				return holderReply{}, errors.New("pgadvisory: holder connection: a result of " + strconv.Itoa(len(m.Fields)) + " columns")
 			}
 			described = true
 		case *pgproto3.CommandComplete:
 			described = false
 		case *pgproto3.DataRow:
 			if !described || len(m.Values) != 1 {
-				h.die(errors.New("pgadvisory: holder connection: a data row without its row description"))
-				return
+				return holderReply{}, errors.New("pgadvisory: holder connection: a data row without its row description")
 			}
 			cur.value = string(m.Values[0])
 		case *pgproto3.ErrorResponse:
@@ -1441,30 +1506,28 @@ func (h *holderConn) read() {
 			}
 		case *pgproto3.ReadyForQuery:
 			if m.TxStatus != 'I' && m.TxStatus != 'T' && m.TxStatus != 'E' {
-				h.die(fmt.Errorf("pgadvisory: holder connection: ReadyForQuery with transaction status %q", m.TxStatus))
-				return
+				return holderReply{}, fmt.Errorf("pgadvisory: holder connection: ReadyForQuery with transaction status %q", m.TxStatus)
 			}
 			cur.status = m.TxStatus
-			described = false
-			last = nil
-			select {
-			case h.results <- cur:
-			default: // nobody asked: not a reply to the guard
-			}
-			cur = holderReply{}
+			return cur, nil
 		}
 	}
 }
 
-func (h *holderConn) die(err error) {
+// die records why the connection ended, once, and returns the function
+// to tell of it (nil: none, or closed by the guard).
+func (h *holderConn) die(err error) func(error) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.alive() {
+		return nil
+	}
 	h.err = err
 	close(h.dead)
-	f, closed := h.onLost, h.closed
-	h.mu.Unlock()
-	if f != nil && !closed {
-		f(err)
+	if h.closed {
+		return nil
 	}
+	return h.onLost
 }
 
 func (h *holderConn) alive() bool {
@@ -1485,18 +1548,55 @@ func (h *holderConn) cause() error {
 	return h.err
 }
 
+// holderWatchDelay is how long a lock is held before the holder's reader
+// watches the connection (see holderConn). A connection that ends earlier
+// is seen when the reader starts, or by the guard's next query.
+const holderWatchDelay = 10 * time.Millisecond
+
 // watch sets the function told when the connection ends while it holds
-// locks (nil: not holding).
+// locks (nil: not holding), and starts the reader holderWatchDelay later
+// (writer side).
 func (h *holderConn) watch(f func(error)) {
 	h.mu.Lock()
 	h.onLost = f
 	dead := !h.alive() // die closes dead under mu: it has run, without f
 	h.mu.Unlock()
-	if f != nil && dead {
+	switch {
+	case f != nil && dead:
 		// As die would call it: once, and not on the caller's goroutine,
 		// which may hold the client connection's locks (f reports the
 		// loss, to a tracer too).
 		go f(h.cause())
+	case f == nil:
+		if h.watchTimer != nil {
+			h.watchTimer.Stop()
+		}
+	case h.watchTimer == nil:
+		h.watchTimer = time.AfterFunc(holderWatchDelay, h.startReader)
+	default:
+		h.watchTimer.Reset(holderWatchDelay)
+	}
+}
+
+// startReader makes the reader read the replies, if the holder is still
+// watched and no query is reading its own.
+func (h *holderConn) startReader() {
+	h.rmu.Lock()
+	defer h.rmu.Unlock()
+	h.mu.Lock()
+	watched := h.onLost != nil && !h.closed
+	h.mu.Unlock()
+	if watched && !h.reading {
+		h.reading = true
+		h.wakeReader()
+	}
+}
+
+// wakeReader makes the waiting reader read.
+func (h *holderConn) wakeReader() {
+	select {
+	case h.wake <- struct{}{}:
+	default: // already woken
 	}
 }
 
@@ -1504,6 +1604,13 @@ func (h *holderConn) watch(f func(error)) {
 // ends (the caller's deadline, or Close): the holder is closed then, since
 // its state is not known.
 func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error) {
+	h.rmu.Lock()
+	viaReader := h.reading
+	if viaReader {
+		h.rmu.Unlock()
+	} else {
+		defer h.rmu.Unlock() // the reader stays put until the reply is read here
+	}
 	if err := h.send(ctx, sql); err != nil {
 		h.close()
 		if ctx.Err() != nil {
@@ -1511,9 +1618,17 @@ func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error)
 		}
 		return holderReply{}, err
 	}
+	if !viaReader {
+		return h.receiveHere(ctx)
+	}
 	select {
 	case r := <-h.results:
 		h.status = r.status
+		if r.parked {
+			h.rmu.Lock()
+			h.reading = false
+			h.rmu.Unlock()
+		}
 		return r, nil
 	case <-h.dead:
 		return holderReply{}, h.cause()
@@ -1521,6 +1636,36 @@ func (h *holderConn) query(ctx context.Context, sql string) (holderReply, error)
 		h.close()
 		return holderReply{}, errHoldCanceled
 	}
+}
+
+// receiveHere reads the reply to query on the caller's goroutine while the
+// reader waits (rmu held); ctx ending cuts the read short (a read
+// deadline), and the holder is closed then, since its state is not known.
+func (h *holderConn) receiveHere(ctx context.Context) (holderReply, error) {
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { h.nc.SetReadDeadline(time.Now()) })
+	}
+	r, err := h.receive()
+	if !stop() {
+		h.close()
+		return holderReply{}, errHoldCanceled
+	}
+	if err != nil {
+		if f := h.die(err); f != nil {
+			go f(err) // not on the caller's goroutine (see watch)
+		}
+		return holderReply{}, h.cause()
+	}
+	h.status = r.status
+	return r, nil
+}
+
+// ended reports whether the connection ended or is closed.
+func (h *holderConn) ended() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed || !h.alive()
 }
 
 // holderWriteTimeout bounds a holder's write when ctx has no deadline
@@ -1632,4 +1777,5 @@ func (h *holderConn) close() {
 	h.fe.Send(&pgproto3.Terminate{})
 	h.fe.Flush()
 	h.nc.Close()
+	h.wakeReader() // a waiting reader reads, fails and ends
 }

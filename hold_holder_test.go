@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,7 @@ import (
 // holder's one Query it sends msgs.
 func holderPipe(t *testing.T, msgs ...pgproto3.BackendMessage) *holderConn {
 	t.Helper()
-	client, server := net.Pipe()
-	h := newHolderConn(client, pgproto3.NewFrontend(client, client), 'I')
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		be := pgproto3.NewBackend(server, server)
+	return holderServed(t, func(be *pgproto3.Backend) {
 		if _, err := be.Receive(); err != nil {
 			return
 		}
@@ -37,6 +33,19 @@ func holderPipe(t *testing.T, msgs ...pgproto3.BackendMessage) *holderConn {
 				return
 			}
 		}
+	})
+}
+
+// holderServed is a holder connection whose server is serve, on a
+// goroutine of its own; both end with the test.
+func holderServed(t *testing.T, serve func(be *pgproto3.Backend)) *holderConn {
+	t.Helper()
+	client, server := net.Pipe()
+	h := newHolderConn(client, pgproto3.NewFrontend(client, client), 'I')
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serve(pgproto3.NewBackend(server, server))
 	}()
 	t.Cleanup(func() {
 		h.close()
@@ -129,5 +138,72 @@ func TestHoldPoolError(t *testing.T) {
 	}
 	if msg := pe.Error(); !strings.Contains(msg, "pool_size") || !strings.Contains(msg, "(1)") {
 		t.Fatalf("message does not name pool_size and the keys held: %s", msg)
+	}
+}
+
+// TestHolderReaderHandOver: a holder's replies are read on the querying
+// goroutine while it is not watched and by its reader once a watch has
+// lasted holderWatchDelay, and every reply reaches the query that asked for
+// it, whenever the reader starts: before a query, during one, or not at
+// all before the watch ends.
+func TestHolderReaderHandOver(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	// The server answers each Query "n/S" with one row n and status S.
+	h := holderServed(t, func(be *pgproto3.Backend) {
+		for {
+			msg, err := be.Receive()
+			if err != nil {
+				return
+			}
+			q, ok := msg.(*pgproto3.Query)
+			if !ok {
+				return
+			}
+			n, status, _ := strings.Cut(q.String, "/")
+			be.Send(&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("n"), DataTypeOID: 25}}})
+			be.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(n)}})
+			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+			be.Send(&pgproto3.ReadyForQuery{TxStatus: status[0]})
+			if be.Flush() != nil {
+				return
+			}
+		}
+	})
+	ask := func(n int, status byte) {
+		t.Helper()
+		q := strconv.Itoa(n) + "/" + string(status)
+		r, err := h.query(t.Context(), q)
+		if err != nil || r.err != nil || r.value != strconv.Itoa(n) || r.status != status {
+			t.Fatalf("query %s: reply %+v, %v", q, r, err)
+		}
+	}
+	n, byReader := 0, 0
+	for i := range 40 {
+		n++
+		ask(n, 'T') // the lock: read here, the reader waits
+		h.watch(func(error) {})
+		// Around the delay, so that the reader starts before, during or
+		// after the queries of the hold.
+		time.Sleep(time.Duration(i%4) * holderWatchDelay / 2)
+		h.rmu.Lock()
+		if h.reading {
+			byReader++
+		}
+		h.rmu.Unlock()
+		n++
+		ask(n, 'T') // another mode of the key, in the holder's transaction
+		h.watch(nil)
+		n++
+		ask(n, 'I') // the release
+		h.rmu.Lock()
+		reading := h.reading
+		h.rmu.Unlock()
+		if reading {
+			t.Fatalf("round %d: the reader still reads after the watch ended", i)
+		}
+	}
+	if byReader == 0 {
+		t.Fatal("the reader never started: no watch outlasted holderWatchDelay")
 	}
 }

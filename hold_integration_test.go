@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,6 +396,105 @@ func TestIntegrationHoldLost(t *testing.T) {
 	if !tryLock(t, b, k) || !unlock(t, b, k) {
 		t.Fatal("lock after the loss")
 	}
+}
+
+// TestIntegrationHoldLostUnasked: the end of a held lock's holder is
+// reported (EventLost) with no statement from the client, whether it ends
+// within the first moments of the hold, before the holder's reader watches
+// it, or later.
+func TestIntegrationHoldLostUnasked(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // held this long before the holder ends
+		key   int64
+	}{{"at once", 0, 9113}, {"later", 100 * time.Millisecond, 9114}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &eventLog{}
+			a := holdConn(t, holdDSN(t, c), pgadvisory.WithTracer(l))
+			if _, err := a.Exec(t.Context(), "SELECT pg_advisory_lock($1)", tc.key); err != nil {
+				t.Fatal(err)
+			}
+			l.want(t, pgadvisory.EventHeld)
+			time.Sleep(tc.after)
+			terminateHolder(t, c, tc.key)
+			deadline := time.Now().Add(5 * time.Second)
+			var evs []pgadvisory.Event
+			for len(evs) == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				evs = l.take()
+			}
+			if len(evs) != 1 || evs[0].Kind != pgadvisory.EventLost || evs[0].Err == nil {
+				t.Fatalf("events %+v, want one lost event without a statement", evs)
+			}
+			wantLost(t, a)
+		})
+	}
+}
+
+// TestIntegrationHoldIdleHolderEnded: nobody reads an idle holder, so one
+// whose connection ended while idle (the pooler closed it) is found by the
+// next lock, which is taken on a new holder instead of failing.
+func TestIntegrationHoldIdleHolderEnded(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	var (
+		mu    sync.Mutex
+		conns []*endableConn
+	)
+	hook := func(_ context.Context, _ *pgconn.Config, nc net.Conn) (net.Conn, error) {
+		ec := &endableConn{Conn: nc}
+		mu.Lock()
+		conns = append(conns, ec)
+		mu.Unlock()
+		return ec, nil
+	}
+	a := connectHooked(t, holdDSN(t, c), true, hook)
+	ctx := t.Context()
+	const k = 9115
+	for round := range 2 {
+		if _, err := a.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+			t.Fatalf("round %d: lock: %v", round, err)
+		}
+		if !unlock(t, a, k) {
+			t.Fatalf("round %d: unlock answered false", round)
+		}
+		mu.Lock()
+		if round == 0 {
+			if len(conns) != 2 {
+				t.Fatalf("%d network connections, want the client's and one holder", len(conns))
+			}
+			conns[1].end() // the idle holder's connection ends, unread
+		} else if len(conns) != 3 {
+			t.Fatalf("%d network connections after the idle holder ended, want a new holder (3)", len(conns))
+		}
+		mu.Unlock()
+	}
+	wantLocks(t, c)
+}
+
+// endableConn is a network connection that can end as one that the server
+// closed: past end, reads find its end and writes go nowhere.
+type endableConn struct {
+	net.Conn
+	ended atomic.Bool
+}
+
+func (c *endableConn) end() { c.ended.Store(true) }
+
+func (c *endableConn) Read(b []byte) (int, error) {
+	if c.ended.Load() {
+		return 0, io.EOF
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *endableConn) Write(b []byte) (int, error) {
+	if c.ended.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
 }
 
 // wantLost waits for the client's next statement to report the loss.
