@@ -635,7 +635,7 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	hs.keys[p.key] = hl
 	c.heldCount.Add(1)
 	key := p.key
-	h.watch(func(cause error) { c.g.traceLost(key, cause); hs.lose(key, cause) })
+	c.g.holders.watch(h, func(cause error) { c.g.traceLost(key, cause); hs.lose(key, cause) })
 	return holdResult{answer: true}, nil
 }
 
@@ -1110,7 +1110,7 @@ func (c *guardConn) dropHold(key holdKey, hl *heldLock, release bool) {
 	delete(c.holds.keys, key)
 	c.heldCount.Add(-1)
 	c.g.holders.unreserve()
-	hl.h.watch(nil)
+	c.g.holders.watch(hl.h, nil)
 	if release && hl.h.alive() { // a holder that died was reported lost
 		c.traceReleased(key)
 	}
@@ -1258,6 +1258,13 @@ type holderPool struct {
 	mu   sync.Mutex
 	idle []*holderConn
 	held int
+
+	wmu sync.Mutex
+	// unwatched: holders that hold a lock and are not read by their
+	// reader yet, with when the lock was taken (see watch).
+	unwatched  map[*holderConn]time.Time
+	watchTimer *time.Timer
+	watchArmed bool // watchTimer will fire
 }
 
 // heldNow returns how many keys the config's connections hold.
@@ -1388,10 +1395,7 @@ type holderConn struct {
 	wake   chan struct{}
 	err    error // why dead closed
 	status byte  // after the last reply (writer side)
-	// watchTimer starts the reader holderWatchDelay after a lock was taken
-	// (writer side: armed and stopped by watch).
-	watchTimer *time.Timer
-	rmu        sync.Mutex
+	rmu    sync.Mutex
 	// reading: the reader reads the next reply; otherwise query reads it
 	// (rmu held).
 	reading bool
@@ -1553,35 +1557,82 @@ func (h *holderConn) cause() error {
 // is seen when the reader starts, or by the guard's next query.
 const holderWatchDelay = 10 * time.Millisecond
 
-// watch sets the function told when the connection ends while it holds
-// locks (nil: not holding), and starts the reader holderWatchDelay later
-// (writer side).
-func (h *holderConn) watch(f func(error)) {
+// watch sets the function told when h's connection ends while it holds
+// locks (nil: not holding), and has h's reader started once the lock has
+// been held for holderWatchDelay (writer side).
+//
+// One timer serves the pool's holders, armed only while a lock waits for
+// its reader and not re-armed per lock: resetting a timer of its own for
+// every lock woke the runtime's network poller each time (a tenth of a
+// held cycle's client CPU).
+func (p *holderPool) watch(h *holderConn, f func(error)) {
 	h.mu.Lock()
 	h.onLost = f
 	dead := !h.alive() // die closes dead under mu: it has run, without f
 	h.mu.Unlock()
-	switch {
-	case f != nil && dead:
+	if f != nil && dead {
 		// As die would call it: once, and not on the caller's goroutine,
 		// which may hold the client connection's locks (f reports the
 		// loss, to a tracer too).
 		go f(h.cause())
-	case f == nil:
-		if h.watchTimer != nil {
-			h.watchTimer.Stop()
+		return
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if f == nil {
+		delete(p.unwatched, h)
+		return
+	}
+	if p.unwatched == nil {
+		p.unwatched = make(map[*holderConn]time.Time)
+	}
+	p.unwatched[h] = time.Now()
+	if !p.watchArmed {
+		p.watchArmed = true
+		if p.watchTimer == nil {
+			p.watchTimer = time.AfterFunc(holderWatchDelay, p.startReaders)
+		} else {
+			p.watchTimer.Reset(holderWatchDelay)
 		}
-	case h.watchTimer == nil:
-		h.watchTimer = time.AfterFunc(holderWatchDelay, h.startReader)
-	default:
-		h.watchTimer.Reset(holderWatchDelay)
 	}
 }
 
-// startReader makes the reader read the replies, if the holder is still
-// watched and no query is reading its own.
-func (h *holderConn) startReader() {
-	h.rmu.Lock()
+// startReaders starts the readers of the holders whose lock has been held
+// for holderWatchDelay, and arms the timer again for the others.
+func (p *holderPool) startReaders() {
+	now := time.Now()
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	next := holderWatchDelay
+	for h, since := range p.unwatched {
+		if wait := holderWatchDelay - now.Sub(since); wait > 0 {
+			next = min(next, wait)
+			continue
+		}
+		if h.startReader() {
+			delete(p.unwatched, h)
+		} else {
+			next = min(next, holderWatchRetry)
+		}
+	}
+	if len(p.unwatched) == 0 {
+		p.watchArmed = false
+		return
+	}
+	p.watchTimer.Reset(next)
+}
+
+// holderWatchRetry is how soon startReaders tries again to start the
+// reader of a holder whose query was reading its own reply.
+const holderWatchRetry = time.Millisecond
+
+// startReader makes the reader read the replies if the holder is still
+// watched. It reports false, having done nothing, while a query reads its
+// own reply.
+func (h *holderConn) startReader() bool {
+	if !h.rmu.TryLock() {
+		return false
+	}
 	defer h.rmu.Unlock()
 	h.mu.Lock()
 	watched := h.onLost != nil && !h.closed
@@ -1590,6 +1641,7 @@ func (h *holderConn) startReader() {
 		h.reading = true
 		h.wakeReader()
 	}
+	return true
 }
 
 // wakeReader makes the waiting reader read.

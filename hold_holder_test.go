@@ -178,11 +178,12 @@ func TestHolderReaderHandOver(t *testing.T) {
 			t.Fatalf("query %s: reply %+v, %v", q, r, err)
 		}
 	}
+	pool := &holderPool{}
 	n, byReader := 0, 0
 	for i := range 40 {
 		n++
 		ask(n, 'T') // the lock: read here, the reader waits
-		h.watch(func(error) {})
+		pool.watch(h, func(error) {})
 		// Around the delay, so that the reader starts before, during or
 		// after the queries of the hold.
 		time.Sleep(time.Duration(i%4) * holderWatchDelay / 2)
@@ -193,7 +194,7 @@ func TestHolderReaderHandOver(t *testing.T) {
 		h.rmu.Unlock()
 		n++
 		ask(n, 'T') // another mode of the key, in the holder's transaction
-		h.watch(nil)
+		pool.watch(h, nil)
 		n++
 		ask(n, 'I') // the release
 		h.rmu.Lock()
