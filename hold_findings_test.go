@@ -457,14 +457,24 @@ func TestIntegrationHoldFinding6Timeouts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	alter("'300ms'")
-	defer alter("DEFAULT")
 	// A role's defaults reach new sessions: the pooler's server connections
 	// opened after the ALTER.
 	admin := adminConsole(t, c, pgbouncer.Transaction)
-	if _, err := admin.Exec(ctx, "RECONNECT"); err != nil {
-		t.Fatal(err)
+	reconnect := func() {
+		t.Helper()
+		if _, err := admin.Exec(ctx, "RECONNECT"); err != nil {
+			t.Fatal(err)
+		}
 	}
+	alter("'300ms'")
+	defer func() {
+		// And stay with the server connections opened meanwhile: replace
+		// them, or a later test's held wait reads 300ms as its
+		// lock_timeout.
+		alter("DEFAULT")
+		reconnect()
+	}()
+	reconnect()
 	// A new configuration: its holders connect after the ALTER.
 	cfg2, err := pgadvisory.ParseConfig(holdDSN(t, c))
 	if err != nil {
