@@ -35,7 +35,7 @@ const (
 	// EventLost: the holder connection of a held key ended (the server
 	// terminated it, the pooler went away): the lock is gone and the
 	// connection fails every later statement with *LockLostError.
-	// Event.Err is why the holder ended.
+	// Event.Err is why the holder ended. It comes once per key.
 	EventLost
 	// EventLeaked: the leak guard found advisory locks left on a
 	// connection that went back to its pool (direct and session mode).

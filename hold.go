@@ -569,8 +569,9 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 			}
 			if err != nil {
 				c.dropHold(p.key, hl, false)
-				c.traceLost(p.key, err)
-				hs.lose(p.key, err)
+				if hs.lose(p.key, err) {
+					c.traceLost(p.key, err)
+				}
 				if errors.Is(err, errHoldCanceled) {
 					return holdResult{}, err
 				}
@@ -635,7 +636,11 @@ func (c *guardConn) runHold(p *holdPlan) (holdResult, error) {
 	hs.keys[p.key] = hl
 	c.heldCount.Add(1)
 	key := p.key
-	c.g.holders.watch(h, func(cause error) { c.g.traceLost(key, cause); hs.lose(key, cause) })
+	c.g.holders.watch(h, func(cause error) {
+		if hs.lose(key, cause) {
+			c.g.traceLost(key, cause)
+		}
+	})
 	return holdResult{answer: true}, nil
 }
 
@@ -1209,18 +1214,26 @@ type heldLocks struct {
 	lost atomic.Pointer[LockLostError]
 }
 
-// lose records that the holder of key died (called by its reader).
-func (hs *heldLocks) lose(key holdKey, cause error) {
+// lose records that the holder of key died, and reports whether this is
+// news: the guard's own read of the holder's reply and the holder's reader
+// can both see one end (as can the guard's unlock after it), and a key is
+// lost once. No key is taken after a loss (every statement is refused), so
+// a key recorded already is that same loss.
+func (hs *heldLocks) lose(key holdKey, cause error) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	name := key.String()
 	le := hs.lost.Load()
 	if le == nil {
 		le = &LockLostError{Cause: cause}
+	} else if slices.Contains(le.Keys, name) {
+		return false
 	} else {
 		le = &LockLostError{Keys: le.Keys, Cause: le.Cause}
 	}
-	le.Keys = append(le.Keys, key.String())
+	le.Keys = append(le.Keys, name)
 	hs.lost.Store(le)
+	return true
 }
 
 // heldLock is one key held on one holder, counted per mode as PostgreSQL

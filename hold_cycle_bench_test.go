@@ -82,9 +82,9 @@ func connectCounted(tb testing.TB, c *pgbouncer.Cluster, p holdCyclePath) (*pgx.
 
 // connectHooked connects one pgx.Conn to dsn with hook as its
 // AfterNetConnect, installed before the guard when guarded (so that it
-// sees the bytes on the network, of the holders too), and closes it (and
-// its idle holders) at the end of tb.
-func connectHooked(tb testing.TB, dsn string, guarded bool, hook func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)) *pgx.Conn {
+// sees the bytes on the network, of the holders too) with opts, and closes
+// it (and its idle holders) at the end of tb.
+func connectHooked(tb testing.TB, dsn string, guarded bool, hook func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error), opts ...pgadvisory.Option) *pgx.Conn {
 	tb.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -92,7 +92,7 @@ func connectHooked(tb testing.TB, dsn string, guarded bool, hook func(context.Co
 	}
 	cfg.AfterNetConnect = hook
 	if guarded {
-		if err := pgadvisory.ConfigureConn(cfg); err != nil {
+		if err := pgadvisory.ConfigureConn(cfg, opts...); err != nil {
 			tb.Fatal(err)
 		}
 	}

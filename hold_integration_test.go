@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -439,18 +441,8 @@ func TestIntegrationHoldLostUnasked(t *testing.T) {
 func TestIntegrationHoldIdleHolderEnded(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	holdLeaks(t)
-	var (
-		mu    sync.Mutex
-		conns []*endableConn
-	)
-	hook := func(_ context.Context, _ *pgconn.Config, nc net.Conn) (net.Conn, error) {
-		ec := &endableConn{Conn: nc}
-		mu.Lock()
-		conns = append(conns, ec)
-		mu.Unlock()
-		return ec, nil
-	}
-	a := connectHooked(t, holdDSN(t, c), true, hook)
+	wrapped := &wrappedConns[*endableConn]{wrap: func(nc net.Conn) *endableConn { return &endableConn{Conn: nc} }}
+	a := connectHooked(t, holdDSN(t, c), true, wrapped.hook)
 	ctx := t.Context()
 	const k = 9115
 	for round := range 2 {
@@ -460,7 +452,7 @@ func TestIntegrationHoldIdleHolderEnded(t *testing.T) {
 		if !unlock(t, a, k) {
 			t.Fatalf("round %d: unlock answered false", round)
 		}
-		mu.Lock()
+		conns := wrapped.list()
 		if round == 0 {
 			if len(conns) != 2 {
 				t.Fatalf("%d network connections, want the client's and one holder", len(conns))
@@ -469,9 +461,110 @@ func TestIntegrationHoldIdleHolderEnded(t *testing.T) {
 		} else if len(conns) != 3 {
 			t.Fatalf("%d network connections after the idle holder ended, want a new holder (3)", len(conns))
 		}
-		mu.Unlock()
 	}
 	wantLocks(t, c)
+}
+
+// TestIntegrationHoldLostOnce: a holder whose connection ends during the
+// unlock of one mode of a key held in both (a session-level unlock, or the
+// transaction-level lock's ROLLBACK; BEGIN) is one loss: one EventLost, and
+// the key once in LockLostError.Keys, whether the guard reads the reply
+// itself (a young lock) or the holder's reader does.
+func TestIntegrationHoldLostOnce(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	holdLeaks(t)
+	for i, tc := range []struct {
+		name   string
+		unlock string        // the mode whose unlock meets the end
+		after  time.Duration // both modes held this long first
+	}{
+		{"shared young", "pg_advisory_unlock_shared", 0},
+		{"exclusive young", "pg_advisory_unlock", 0},
+		{"shared watched", "pg_advisory_unlock_shared", 100 * time.Millisecond},
+		{"exclusive watched", "pg_advisory_unlock", 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := int64(9120 + i)
+			wrapped := &wrappedConns[*endOnWriteConn]{wrap: func(nc net.Conn) *endOnWriteConn { return &endOnWriteConn{Conn: nc} }}
+			l := &eventLog{}
+			a := connectHooked(t, holdDSN(t, c), true, wrapped.hook, pgadvisory.WithTracer(l))
+			ctx := t.Context()
+			for _, lock := range []string{"pg_advisory_lock", "pg_advisory_lock_shared"} {
+				if _, err := a.Exec(ctx, "SELECT "+lock+"($1)", key); err != nil {
+					t.Fatalf("%s: %v", lock, err)
+				}
+			}
+			l.want(t, pgadvisory.EventHeld) // the key, once
+			time.Sleep(tc.after)
+			conns := wrapped.list()
+			if len(conns) != 2 {
+				t.Fatalf("%d network connections, want the client's and one holder", len(conns))
+			}
+			conns[1].endOnWrite.Store(true)
+			var ok bool
+			if err := a.QueryRow(ctx, "SELECT "+tc.unlock+"($1)", key).Scan(&ok); err == nil {
+				t.Fatalf("%s answered %v on a holder that ended, want an error", tc.unlock, ok)
+			}
+			_, err := a.Exec(ctx, "SELECT 1")
+			var le *pgadvisory.LockLostError
+			if !errors.As(pgadvisory.Refusal(err), &le) {
+				t.Fatalf("statement after the loss: %v, want a LockLostError", err)
+			}
+			if want := []string{"(" + strconv.FormatInt(key, 10) + ")"}; !slices.Equal(le.Keys, want) {
+				t.Errorf("LockLostError.Keys %q, want %q", le.Keys, want)
+			}
+			time.Sleep(50 * time.Millisecond) // a second report would come from another goroutine
+			lost := 0
+			for _, ev := range l.take() {
+				if ev.Kind == pgadvisory.EventLost {
+					lost++
+				}
+			}
+			if lost != 1 {
+				t.Errorf("%d lost events, want 1", lost)
+			}
+		})
+	}
+	wantLocks(t, c)
+}
+
+// endOnWriteConn is a network connection whose next write, once asked,
+// ends it: the write goes nowhere and reads, waiting or to come, fail.
+type endOnWriteConn struct {
+	net.Conn
+	endOnWrite atomic.Bool
+}
+
+func (c *endOnWriteConn) Write(b []byte) (int, error) {
+	if c.endOnWrite.Load() {
+		c.Conn.Close()
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// wrappedConns is an AfterNetConnect hook that wraps each network
+// connection and keeps the wrappers, in the order they were made: a
+// client's own first, then its holders'.
+type wrappedConns[T net.Conn] struct {
+	wrap  func(net.Conn) T
+	mu    sync.Mutex
+	conns []T
+}
+
+func (w *wrappedConns[T]) hook(_ context.Context, _ *pgconn.Config, nc net.Conn) (net.Conn, error) {
+	wc := w.wrap(nc)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.conns = append(w.conns, wc)
+	return wc, nil
+}
+
+// list returns the wrappers so far.
+func (w *wrappedConns[T]) list() []T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.conns)
 }
 
 // endableConn is a network connection that can end as one that the server
