@@ -93,7 +93,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", bench.DefaultLockTimeout, "lock_timeout of the PostgreSQL variants")
 	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
-	fs.BoolVar(&o.paired, "paired", true, "also run the one-worker cells that the ratios and goals compare again, interleaved in turns of 50ms (each pair sees the same moments of the machine)")
+	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the goals' pairs of several workers in turns of 250ms")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "also write the CPU profile of the client (this process) during the measurements to this file (the report always has it by cell and layer)")
@@ -394,23 +394,38 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return fmt.Errorf("lock benchmark: %w", err)
 		}
 	}
+	// Each cell of an interleaved run gets about half its time in the main
+	// run per round: one-worker cells in turns of 50 ms (warm, and at the
+	// same moments as the others), wider ones in turns of all their workers.
+	var interleaved []widePair
 	if paired := pairedVariants(locks, refs); o.paired && len(paired) > 1 && o.has(o.workloads, workloadUncontended) {
 		logf("bench: %d one-worker cells again, interleaved in turns of %v", len(paired), pairedSlice)
-		rep.Paired, err = bench.RunInterleaved(ctx, bench.Config{
-			Workloads: []bench.Workload{{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}},
-			Variants:  paired,
-			// Each cell gets about half its time in the main run per round,
-			// in turns of 50 ms: warm, and at the same moments as the others.
-			Duration: o.duration * time.Duration(len(paired)) / 2,
-			Slice:    pairedSlice,
-			Warmup:   o.warmup,
-			Rounds:   o.rounds,
-			KeyBase:  benchKeyBase,
-			Progress: stderr,
+		interleaved = append(interleaved, widePair{workload: bench.Workload{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}, variants: paired})
+	}
+	if o.paired {
+		interleaved = append(interleaved, widePairs(locks, o.workloadList(), o.goals())...)
+	}
+	for _, pair := range interleaved {
+		slice := pairedSlice
+		if pair.workload.Workers > 1 {
+			slice = pairedWideSlice
+			logf("bench: %s: (%s) and (%s) %s again, %d workers each, interleaved in turns of %v", pair.workload.Name,
+				pair.variants[0].ID, pair.variants[1].ID, pair.variants[0].Path, pair.workload.Workers, slice)
+		}
+		run, err := bench.RunInterleaved(ctx, bench.Config{
+			Workloads: []bench.Workload{pair.workload},
+			Variants:  pair.variants,
+			Duration:  o.duration * time.Duration(len(pair.variants)) / 2,
+			Slice:     slice,
+			Warmup:    o.warmup,
+			Rounds:    o.rounds,
+			KeyBase:   benchKeyBase,
+			Progress:  stderr,
 		})
 		if err != nil {
 			return fmt.Errorf("interleaved lock cycles: %w", err)
 		}
+		rep.Paired = append(rep.Paired, run)
 	}
 	if o.overhead {
 		logf("bench: driver overhead: SELECT $1::int, one connection per driver, pgx stdlib and pgadvisory interleaved query by query")
@@ -429,7 +444,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return fmt.Errorf("driver-overhead benchmark: %w", err)
 		}
 	}
-	for _, r := range slices.Concat(rep.Locks, rep.Paired, rep.Overhead) {
+	for _, r := range slices.Concat(append([][]*bench.Result{rep.Locks, rep.Overhead}, rep.Paired...)...) {
 		o.anyErrors = o.anyErrors || r.Errors > 0
 	}
 	if profiling {
@@ -592,6 +607,42 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 
 // pairedSlice is the turn of a cell in the interleaved pass.
 const pairedSlice = 50 * time.Millisecond
+
+// pairedWideSlice is the turn of a cell of several workers in the
+// interleaved pass: every turn starts all the workers at once and waits for
+// the last cycle in flight, so it is longer than pairedSlice.
+const pairedWideSlice = 250 * time.Millisecond
+
+// widePair is cells of one workload run again interleaved: the one-worker
+// cells the ratios compare, or two cells of several workers that a goal
+// compares (numerator, then denominator).
+type widePair struct {
+	workload bench.Workload
+	variants []bench.Variant
+}
+
+// widePairs returns the pairs of goals' cells on one path under workloads
+// of several workers, for the interleaved pass. Each pair runs on its own:
+// the server has a connection per worker of every cell of a run open.
+func widePairs(locks []bench.Variant, workloads []bench.Workload, goals []bench.Goal) []widePair {
+	var out []widePair
+	for _, w := range workloads {
+		if w.Workers == 1 {
+			continue
+		}
+		for _, g := range goals {
+			if g.Workload != w.Name || g.MaxRoundTrips > 0 || g.NumPath != g.DenPath {
+				continue
+			}
+			num := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Num && v.Path == g.NumPath && v.Runs(w) })
+			den := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Den && v.Path == g.DenPath && v.Runs(w) })
+			if num >= 0 && den >= 0 {
+				out = append(out, widePair{workload: w, variants: []bench.Variant{locks[num], locks[den]}})
+			}
+		}
+	}
+	return out
+}
 
 // pairedVariants returns the variants of locks that a ref compares and that
 // run with one worker, for the interleaved pass.

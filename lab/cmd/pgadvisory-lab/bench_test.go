@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pgadvisory/pgadvisory/lab/internal/bench"
 	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
@@ -135,5 +137,30 @@ func TestBenchSmoke(t *testing.T) {
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", p, err)
 		}
+	}
+}
+
+// TestWidePairs: the goals' pairs run again interleaved are the cells of
+// workloads of several workers on one path, each pair on its own.
+func TestWidePairs(t *testing.T) {
+	o := &benchOptions{workloads: []string{workloadUncontended, workloadContended}, paths: []string{"direct", "pgbouncer"}}
+	var locks []bench.Variant
+	for _, p := range []bench.Path{bench.PathDirect, bench.PathPgBouncer} {
+		for _, id := range []string{"c", "e", "g"} {
+			locks = append(locks, bench.Variant{ID: id, Path: p})
+		}
+	}
+	locks = append(locks, bench.Variant{ID: "i", Path: bench.PathPgBouncer, MaxWorkers: 1})
+	ws := []bench.Workload{{Name: workloadUncontended, Workers: 1}, {Name: workloadContended, Workers: 32}}
+	var got []string
+	for _, p := range widePairs(locks, ws, o.goals()) {
+		got = append(got, p.workload.Name+" "+p.variants[0].ID+"/"+p.variants[1].ID+" "+string(p.variants[0].Path)+","+string(p.variants[1].Path))
+	}
+	want := []string{
+		"contended c/e direct,direct", "contended g/e direct,direct",
+		"contended c/e pgbouncer,pgbouncer", "contended g/e pgbouncer,pgbouncer",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pairs %q, want %q", got, want)
 	}
 }

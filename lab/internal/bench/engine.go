@@ -355,8 +355,9 @@ func readMeters(ms map[string]CPUMeter) map[string]time.Duration {
 // phase runs w.Workers workers for d; each loops over cycles on random keys
 // until d has passed, ctx ends, or it fails maxConsecutiveErrors times in a
 // row. A nil newHist means a warm-up: nothing is recorded. Measured
-// workers run under the pprof label LabelCell = cell, which the goroutines
-// they start inherit, so a CPU profile can be split by cell.
+// workers run under the pprof label LabelCell = cell (none if cell is
+// empty), which the goroutines they start inherit, so a CPU profile can be
+// split by cell.
 func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace time.Duration, seed uint64, newHist func() *Histogram, cell string) []workerStats {
 	end := time.Now().Add(d)
 	pctx, cancel := context.WithDeadline(ctx, end.Add(grace))
@@ -394,7 +395,7 @@ func phase(ctx context.Context, t Target, w Workload, keyBase int64, d, grace ti
 		}
 		go func() {
 			defer wg.Done()
-			if newHist == nil {
+			if newHist == nil || cell == "" {
 				work(pctx)
 				return
 			}

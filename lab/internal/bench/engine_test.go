@@ -351,7 +351,7 @@ func TestRoundTripGoalAndRefs(t *testing.T) {
 		Goals: []Goal{{Text: "trips", Workload: "w", Num: "i", NumPath: PathPgBouncer, MaxRoundTrips: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 0.50 | — | 4.00, — | —, — |", "| trips | 4.00 round trips | — | missed (2.00 too many) |"} {
+	for _, want := range []string{"| 0.50 | — | 4.00, — | —, — |", "| trips | 4.00 round trips | missed (2.00 too many) | — | — |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
@@ -359,21 +359,29 @@ func TestRoundTripGoalAndRefs(t *testing.T) {
 }
 
 func TestPairedRatios(t *testing.T) {
-	res := []*Result{fixed("w", "c", PathDirect, 90), fixed("w", "e", PathDirect, 100), fixed("v", "c", PathDirect, 80), fixed("v", "e", PathDirect, 100)}
-	paired := []*Result{fixed("w", "c", PathDirect, 97), fixed("w", "e", PathDirect, 100)}
+	res := []*Result{fixed("w", "c", PathDirect, 90), fixed("w", "e", PathDirect, 100), fixed("w", "g", PathDirect, 91),
+		fixed("v", "c", PathDirect, 80), fixed("v", "e", PathDirect, 100)}
+	// Two runs, each of its own pair: a ratio is taken within one run.
+	paired := [][]*Result{
+		{fixed("w", "c", PathDirect, 97), fixed("w", "e", PathDirect, 100)},
+		{fixed("w", "g", PathDirect, 188), fixed("w", "e", PathDirect, 200)},
+	}
 	var b strings.Builder
-	if err := WriteMarkdown(&b, &Report{Locks: res, Paired: paired, Baseline: "e", Refs: []Ref{{Num: "c", Den: "e"}},
+	if err := WriteMarkdown(&b, &Report{Locks: res, Paired: paired, Baseline: "e", Refs: []Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}},
 		Goals: []Goal{
 			{Text: "w goal", Workload: "w", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
+			{Text: "w g goal", Workload: "w", Num: "g", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
 			{Text: "v goal", Workload: "v", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
 		}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
 		"| 90 | (e) ve, direct | 100 | 0.90 | 0.97 | —, — |", // the workload measured again interleaved
+		"| 91 | (e) ve, direct | 100 | 0.91 | 0.94 | —, — |", // in the run of its own pair
 		"| 80 | (e) ve, direct | 100 | 0.80 | — | —, — |",    // one that was not
-		"| w goal | 0.90× | 0.97× | missed by 5% (needs 1.06× more) |",
-		"| v goal | 0.80× | — | missed by 16% (needs 1.19× more) |",
+		"| w goal | 0.90× | missed by 5% (needs 1.06× more) | 0.97× | met |",
+		"| w g goal | 0.91× | missed by 4% (needs 1.04× more) | 0.94× | missed by 1% (needs 1.01× more) |",
+		"| v goal | 0.80× | missed by 16% (needs 1.19× more) | — | — |",
 		"The verdict is the main run's",
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -7,28 +7,34 @@ import (
 	"time"
 )
 
-// RunInterleaved compares variants on one worker by alternating them cycle
-// by cycle (or Config.Slice by Config.Slice): A, B, A, B, ... on the same
-// goroutine, each variant with a target of its own. Where Run measures one variant after another, so that
+// RunInterleaved compares variants by alternating them cycle by cycle (or
+// Config.Slice by Config.Slice): A, B, A, B, ..., each variant with a
+// target of its own. Where Run measures one variant after another, so that
 // a slow minute of a shared machine lands on whichever variant ran then,
 // here every variant sees the same moments; the difference between them is
 // what remains. It suits small per-cycle differences, such as a driver's
 // overhead on one statement.
 //
-// Every workload must have one worker. Duration is the measured time of a
-// round for all variants together; each round opens fresh targets, warms
-// them up (alternating too) and runs passes over all variants, each pass in
-// a random order. A result's
-// Elapsed is the time spent in its own cycles, so Rate is the cycles per
-// second one connection of that variant would run; CPU is not measured
-// (the variants share the process).
+// Duration is the measured time of a round for all variants together; each
+// round opens fresh targets, warms them up (alternating too) and runs passes
+// over all variants, each pass in a random order. CPU is not measured (the
+// variants share the process).
+//
+// A workload of one worker runs on one goroutine, and a result's Elapsed is
+// the time spent in its own cycles, so Rate is the cycles per second one
+// connection of that variant would run. A workload of several workers runs
+// all of them on one variant's target for a turn of Config.Slice (which
+// must be set), waits for the cycles in flight, and hands the next turn to
+// another variant; a result's Elapsed is the wall time of its turns.
+// Every target is open for the whole round: the server needs a connection
+// per worker for each variant.
 func RunInterleaved(ctx context.Context, c Config) ([]*Result, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	for _, w := range c.Workloads {
-		if w.Workers != 1 {
-			return nil, fmt.Errorf("bench: interleaved workload %q needs exactly one worker (got %d)", w.Name, w.Workers)
+		if w.Workers > 1 && c.Slice <= 0 {
+			return nil, fmt.Errorf("bench: interleaved workload %q of %d workers needs turns of a Slice", w.Name, w.Workers)
 		}
 	}
 	rounds := max(c.Rounds, 1)
@@ -64,7 +70,7 @@ func RunInterleaved(ctx context.Context, c Config) ([]*Result, error) {
 func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs []*Result) {
 	targets := make([]Target, len(rs))
 	for i, r := range rs {
-		t, err := r.Variant.Open(ctx, 1)
+		t, err := r.Variant.Open(ctx, w.Workers)
 		if err != nil {
 			r.Errors++
 			if r.FirstErr == "" {
@@ -76,6 +82,10 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 		defer t.Close()
 	}
 	rng := rand.New(rand.NewPCG(uint64(round), uint64(w.Keys)))
+	if w.Workers > 1 {
+		interleaveWorkers(ctx, c, w, round, rs, targets, rng)
+		return
+	}
 	if c.Warmup > 0 {
 		alternate(ctx, c, w, targets, c.Warmup, rng, nil)
 	}
@@ -94,12 +104,17 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 		locks[i]++
 		r.Latency.Record(d)
 	})
+	addRound(rs, locks, own)
+}
+
+// addRound merges a round of locks in elapsed time into each result.
+func addRound(rs []*Result, locks []int64, elapsed []time.Duration) {
 	for i, r := range rs {
 		r.Locks += locks[i]
-		r.Elapsed += own[i]
+		r.Elapsed += elapsed[i]
 		rate := 0.0
-		if own[i] > 0 {
-			rate = float64(locks[i]) / own[i].Seconds()
+		if elapsed[i] > 0 {
+			rate = float64(locks[i]) / elapsed[i].Seconds()
 		}
 		r.Rates = append(r.Rates, rate)
 	}
@@ -157,6 +172,93 @@ func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d t
 func allStopped(targets []Target, consecutive []int) bool {
 	for i, t := range targets {
 		if t != nil && consecutive[i] < maxConsecutiveErrors {
+			return false
+		}
+	}
+	return true
+}
+
+// interleaveWorkers is interleaveRound for a workload of several workers:
+// turns of all the workers on one target (see RunInterleaved).
+func interleaveWorkers(ctx context.Context, c *Config, w Workload, round int, rs []*Result, targets []Target, rng *rand.Rand) {
+	if c.Warmup > 0 {
+		alternateWorkers(ctx, c, w, round, targets, c.Warmup, rng, nil)
+	}
+	wall := make([]time.Duration, len(rs))
+	locks := make([]int64, len(rs))
+	alternateWorkers(ctx, c, w, round, targets, c.Duration, rng, func(i int, stats []workerStats, d time.Duration) {
+		r := rs[i]
+		wall[i] += d
+		for _, s := range stats {
+			locks[i] += s.locks
+			r.Errors += s.errors
+			if s.firstErr != nil && r.FirstErr == "" {
+				r.FirstErr = s.firstErr.Error()
+			}
+			r.Latency.Merge(s.hist)
+		}
+	})
+	addRound(rs, locks, wall)
+}
+
+// alternateWorkers runs turns of w.Workers workers (phase) on one target at
+// a time for d, in passes that give every target one turn, each pass in a
+// new random order, and hands each turn's worker stats and wall time to
+// record (nil: warm-up, nothing recorded). A target that is nil or whose
+// turns completed no cycle, only errors, maxTurnFailures times in a row is
+// skipped.
+func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, targets []Target, d time.Duration, rng *rand.Rand, record func(i int, stats []workerStats, d time.Duration)) {
+	n := len(targets)
+	failed := make([]int, n)
+	grace := c.CycleGrace
+	if grace == 0 {
+		grace = 30 * time.Second
+	}
+	newHist := NewHistogram
+	if record == nil {
+		newHist = nil
+	}
+	end := time.Now().Add(d)
+	var order []int
+	for turn := 0; time.Now().Before(end) && ctx.Err() == nil; turn++ {
+		if turn%n == 0 {
+			order = rng.Perm(n)
+		}
+		i := order[turn%n]
+		if targets[i] == nil || failed[i] >= maxTurnFailures {
+			if allTurnsFailed(targets, failed) {
+				return
+			}
+			continue
+		}
+		slice := min(c.Slice, time.Until(end))
+		seed := uint64(round)<<32 | uint64(turn)
+		start := time.Now()
+		stats := phase(ctx, targets[i], w, c.KeyBase, slice, grace, seed, newHist, "")
+		took := time.Since(start)
+		var locks, errs int64
+		for _, s := range stats {
+			locks += s.locks
+			errs += s.errors
+		}
+		if locks == 0 && errs > 0 {
+			failed[i]++
+		} else {
+			failed[i] = 0
+		}
+		if record != nil {
+			record(i, stats, took)
+		}
+	}
+}
+
+// maxTurnFailures is how many turns in a row that completed no cycle, only
+// errors, stop a target of alternateWorkers.
+const maxTurnFailures = 3
+
+func allTurnsFailed(targets []Target, failed []int) bool {
+	for i, t := range targets {
+		if t != nil && failed[i] < maxTurnFailures {
 			return false
 		}
 	}

@@ -92,8 +92,8 @@ func TestRunInterleavedRejects(t *testing.T) {
 		Variants:  []Variant{variantOf("a", PathDirect, &counter{})},
 		Duration:  time.Millisecond,
 	})
-	if err == nil || !strings.Contains(err.Error(), "exactly one worker") {
-		t.Fatalf("err = %v, want a one-worker error", err)
+	if err == nil || !strings.Contains(err.Error(), "needs turns of a Slice") {
+		t.Fatalf("err = %v, want a Slice error", err)
 	}
 	if _, err := RunInterleaved(context.Background(), Config{}); err == nil {
 		t.Fatal("empty config accepted")
@@ -106,5 +106,92 @@ func TestRunInterleavedRejects(t *testing.T) {
 		Duration:  time.Millisecond,
 	}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled context: err = %v", err)
+	}
+}
+
+// busy is a target that counts its cycles and how many of them run at
+// once.
+type busy struct {
+	calls, running, most atomic.Int64
+	other                *busy // must not run during this one's cycles
+	overlap              atomic.Bool
+}
+
+func (b *busy) Cycle(context.Context, int64) (time.Duration, error) {
+	b.calls.Add(1)
+	n := b.running.Add(1)
+	for {
+		m := b.most.Load()
+		if n <= m || b.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if b.other.running.Load() > 0 {
+		b.overlap.Store(true)
+	}
+	time.Sleep(100 * time.Microsecond)
+	b.running.Add(-1)
+	return time.Microsecond, nil
+}
+func (b *busy) Close() error { return nil }
+
+// TestRunInterleavedWorkers: a workload of several workers runs them all on
+// one variant at a time, in turns, never two variants at once.
+func TestRunInterleavedWorkers(t *testing.T) {
+	a, b := &busy{}, &busy{}
+	a.other, b.other = b, a
+	const rounds = 2
+	res, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "four", Workers: 4, Keys: 10}},
+		Variants:  []Variant{variantOf("a", PathDirect, a), variantOf("b", PathDirect, b)},
+		Duration:  100 * time.Millisecond,
+		Slice:     5 * time.Millisecond,
+		Warmup:    10 * time.Millisecond,
+		Rounds:    rounds,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*busy{a, b} {
+		if x.overlap.Load() {
+			t.Fatal("two variants ran at once")
+		}
+		if x.most.Load() < 2 {
+			t.Fatalf("at most %d cycles at once, want the workers in parallel", x.most.Load())
+		}
+	}
+	for i, r := range res {
+		calls := []*busy{a, b}[i].calls.Load()
+		if r.Locks == 0 || r.Locks >= calls { // the warm-up's cycles are not counted
+			t.Fatalf("%s: %d locks of %d calls", r.Variant.ID, r.Locks, calls)
+		}
+		if len(r.Rates) != rounds || r.Elapsed <= 0 || r.Latency.Count() != uint64(r.Locks) || r.Errors != 0 {
+			t.Fatalf("%s: rates %v, elapsed %v, latency count %d, locks %d, errors %d", r.Variant.ID, r.Rates, r.Elapsed, r.Latency.Count(), r.Locks, r.Errors)
+		}
+	}
+}
+
+// TestRunInterleavedWorkersFailing: a variant whose turns only fail stops
+// taking turns; the other runs on.
+func TestRunInterleavedWorkersFailing(t *testing.T) {
+	good, bad := &counter{}, &failing{}
+	res, err := RunInterleaved(context.Background(), Config{
+		Workloads: []Workload{{Name: "two", Workers: 2, Keys: 1}},
+		Variants:  []Variant{variantOf("good", PathDirect, good), variantOf("bad", PathDirect, bad)},
+		Duration:  50 * time.Millisecond,
+		Slice:     time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Locks == 0 || res[0].Errors != 0 {
+		t.Fatalf("good variant: %d locks, %d errors", res[0].Locks, res[0].Errors)
+	}
+	// Each failing turn's workers stop after maxConsecutiveErrors each, and
+	// the variant after maxTurnFailures such turns (a turn whose workers
+	// were not scheduled before its end fails nothing).
+	most := int64(maxTurnFailures * 2 * maxConsecutiveErrors)
+	if e := res[1].Errors; e == 0 || e > most || e != bad.calls.Load() || res[1].FirstErr != "server gone" {
+		t.Fatalf("failing variant: %d errors of %d calls, first %q; want it stopped after at most %d", e, bad.calls.Load(), res[1].FirstErr, most)
 	}
 }

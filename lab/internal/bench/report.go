@@ -69,10 +69,10 @@ type Report struct {
 	Command     string      // the command line that produced it
 	Environment [][2]string // machine, versions, settings: label, value
 	Locks       []*Result
-	// Paired are one-worker lock cells measured again with RunInterleaved,
-	// in alternating turns: the ratios and goals show them beside the
-	// main run's.
-	Paired   []*Result
+	// Paired are lock cells measured again with RunInterleaved, one slice
+	// per run: the cells of a run took alternating turns, so the ratios and
+	// goals beside the main run's are taken within one run.
+	Paired   [][]*Result
 	Baseline string // variant ID of the lock baseline, e.g. "a"
 	Overhead []*Result
 	// OverheadBaseline is the variant ID the driver-overhead contenders
@@ -217,27 +217,22 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	if len(rep.Goals) > 0 {
 		p("### Goals\n\n")
 		if len(rep.Paired) > 0 {
-			p("The verdict is the main run's; interleaved is the same ratio from the one-worker cells run again in alternating turns.\n\n")
+			p("The verdict is the main run's; interleaved is the same ratio from the two cells run again in alternating turns, with its own verdict.\n\n")
 		}
-		p("| goal | measured | interleaved | verdict |\n| --- | ---: | ---: | --- |\n")
+		p("| goal | measured | verdict | interleaved | verdict (interleaved) |\n| --- | ---: | --- | ---: | --- |\n")
 		for _, g := range rep.Goals {
 			v := g.Evaluate(rep.Locks)
-			paired := "—"
-			if pv := g.Evaluate(rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
-				paired = FormatRatio(pv.Got)
+			paired, pairedVerdict := "—", "—"
+			if pv := evaluatePaired(g, rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
+				paired, pairedVerdict = FormatRatio(pv.Got), verdictText(pv)
 			}
 			switch {
 			case !v.Measured:
-				p("| %s | — | %s | not measured |\n", mdEscape(g.Text), paired)
-			case g.MaxRoundTrips > 0 && v.Met:
-				p("| %s | %.2f round trips | — | met |\n", mdEscape(g.Text), v.Got)
+				p("| %s | — | not measured | %s | %s |\n", mdEscape(g.Text), paired, pairedVerdict)
 			case g.MaxRoundTrips > 0:
-				p("| %s | %.2f round trips | — | missed (%.2f too many) |\n", mdEscape(g.Text), v.Got, v.Got-g.MaxRoundTrips)
-			case v.Met:
-				p("| %s | %s | %s | met |\n", mdEscape(g.Text), FormatRatio(v.Got), paired)
+				p("| %s | %.2f round trips | %s | — | — |\n", mdEscape(g.Text), v.Got, verdictText(v))
 			default:
-				p("| %s | %s | %s | missed by %.0f%% (needs %s more) |\n", mdEscape(g.Text), FormatRatio(v.Got), paired,
-					v.Shortfall*100, FormatRatio(v.Want/v.Got))
+				p("| %s | %s | %s | %s | %s |\n", mdEscape(g.Text), FormatRatio(v.Got), verdictText(v), paired, pairedVerdict)
 			}
 		}
 		p("\n")
@@ -327,13 +322,13 @@ func writeRefs(p func(string, ...any), rep *Report) {
 		n, d := rw[0], rw[1]
 		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s | %s, %s | %s, %s |\n", mdEscape(n.Workload.Name),
 			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(),
-			formatRate(n, d), formatRate(pairedOf(rep.Paired, n), pairedOf(rep.Paired, d)),
+			formatRate(n, d), formatRate(pairedOf(rep.Paired, n, d)),
 			formatRoundTrips(n), formatRoundTrips(d), formatGoroutines(n), formatGoroutines(d))
 	}
 	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
 	p(" Goroutines are the goroutines the bench process created during the cell's measured phases, per cycle: database/sql creates one for every transaction (sql.Tx), which wakes a thread at each BEGIN and COMMIT.")
 	if len(rep.Paired) > 0 {
-		p(" Interleaved is the ratio of the same two cells run again on one worker each, in alternating turns in a random order (both see the same moments of the machine), for the workloads of one worker.")
+		p(" Interleaved is the ratio of the same two cells run again in alternating turns in a random order, so that both see the same moments of the machine: cycle by cycle on one worker each, or all of a workload's workers on one cell per turn.")
 	}
 	p("\n\n")
 }
@@ -347,13 +342,39 @@ func formatRate(n, d *Result) string {
 	return fmt.Sprintf("%.2f", n.Rate()/d.Rate())
 }
 
-// pairedOf returns the result of paired for r's workload, variant and
-// path, nil if there is none.
-func pairedOf(paired []*Result, r *Result) *Result {
-	if r == nil {
-		return nil
+// pairedOf returns the results of the first run of paired that measured
+// both n's and d's workload, variant and path; nil, nil if none did.
+func pairedOf(paired [][]*Result, n, d *Result) (*Result, *Result) {
+	for _, run := range paired {
+		pn := Find(run, n.Workload.Name, n.Variant.ID, n.Variant.Path)
+		pd := Find(run, d.Workload.Name, d.Variant.ID, d.Variant.Path)
+		if pn != nil && pd != nil {
+			return pn, pd
+		}
 	}
-	return Find(paired, r.Workload.Name, r.Variant.ID, r.Variant.Path)
+	return nil, nil
+}
+
+// evaluatePaired is g's verdict in the first run of paired that measured
+// it.
+func evaluatePaired(g Goal, paired [][]*Result) Verdict {
+	for _, run := range paired {
+		if v := g.Evaluate(run); v.Measured {
+			return v
+		}
+	}
+	return Verdict{Goal: g}
+}
+
+// verdictText is the verdict column of a measured goal.
+func verdictText(v Verdict) string {
+	switch {
+	case v.Met:
+		return "met"
+	case v.MaxRoundTrips > 0:
+		return fmt.Sprintf("missed (%.2f too many)", v.Got-v.MaxRoundTrips)
+	}
+	return fmt.Sprintf("missed by %.0f%% (needs %s more)", v.Shortfall*100, FormatRatio(v.Want/v.Got))
 }
 
 func formatGoroutines(r *Result) string {
