@@ -2,7 +2,11 @@ package pgxadvisory_test
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,61 +24,117 @@ import (
 // pgx.Batch of BEGIN and set_config + pg_advisory_xact_lock, then COMMIT:
 // the same two round trips). Compare the two within one run:
 //
-//	go test -run '^$' -bench XactLockCycle -benchmem -count 8 ./advisory/pgxadvisory
+//	go test -run '^$' -bench 'XactLockCycle$' -benchmem -count 8 ./advisory/pgxadvisory
 func BenchmarkXactLockCycle(b *testing.B) {
 	c := pgbouncer.Need(b, cluster)
 	const key = 9471
-	open := func(b *testing.B, parse func(string) (*pgxpool.Config, error)) *pgxpool.Pool {
-		cfg, err := parse(c.DirectDSN())
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.MaxConns, cfg.MinConns = 1, 1
-		pool, err := pgxpool.NewWithConfig(b.Context(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(pool.Close)
-		return pool
+	for _, p := range xactLockPaths {
+		b.Run("path="+p.name, func(b *testing.B) {
+			pool := openBenchPool(b, c.DirectDSN(), p.parse, 1)
+			ctx := b.Context()
+			cycle := func() {
+				if err := p.cycle(ctx, pool, key); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cycle()
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle()
+			}
+		})
 	}
-	noop := func(context.Context, pgx.Tx) error { return nil }
-	b.Run("path=ceiling-batch", func(b *testing.B) {
-		pool := open(b, pgxpool.ParseConfig)
-		ctx := b.Context()
-		cycle := func() {
-			conn, err := pool.Acquire(ctx)
-			if err != nil {
+}
+
+// BenchmarkXactLockCycleParallel is BenchmarkXactLockCycle with 32
+// goroutines over a pool of 32 connections, on 100 keys (the lab bench's
+// contended workload), and reports the client's CPU per lock beside the
+// time: with client and server on the same cores, what a lock costs the
+// client is what it takes from the server.
+//
+//	go test -run '^$' -bench XactLockCycleParallel -benchmem -count 8 ./advisory/pgxadvisory
+func BenchmarkXactLockCycleParallel(b *testing.B) {
+	c := pgbouncer.Need(b, cluster)
+	const workers, keys = 32, 100
+	for _, p := range xactLockPaths {
+		b.Run("path="+p.name, func(b *testing.B) {
+			pool := openBenchPool(b, c.DirectDSN(), p.parse, workers)
+			ctx := b.Context()
+			if err := p.cycle(ctx, pool, 9500); err != nil {
 				b.Fatal(err)
 			}
-			defer conn.Release()
-			batch := &pgx.Batch{}
-			batch.Queue("BEGIN")
-			batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", "5000ms", int64(key))
-			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-				b.Fatal(err)
-			}
+			var next atomic.Int64
+			b.SetParallelism((workers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			cpu := processCPU(b)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := p.cycle(ctx, pool, 9500+next.Add(1)%keys); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/1e3/float64(b.N), "client-µs/lock")
+		})
+	}
+}
+
+// xactLockPaths are the lock cycles the benchmarks compare: the protocol's
+// ceiling written by hand on a plain pgxpool, and pgxadvisory.WithXactLock
+// over a pool from pgadvisory.ParsePoolConfig.
+var xactLockPaths = []struct {
+	name  string
+	parse func(string) (*pgxpool.Config, error)
+	cycle func(context.Context, *pgxpool.Pool, int64) error
+}{
+	{"ceiling-batch", pgxpool.ParseConfig, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
 		}
-		cycle()
-		b.ReportAllocs()
-		for b.Loop() {
-			cycle()
+		defer conn.Release()
+		batch := &pgx.Batch{}
+		batch.Queue("BEGIN")
+		batch.Queue("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)", "5000ms", key)
+		if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+			return err
 		}
-	})
-	b.Run("path=pgxadvisory-guarded", func(b *testing.B) {
-		pool := open(b, func(s string) (*pgxpool.Config, error) { return pgadvisory.ParsePoolConfig(s) })
-		ctx := b.Context()
-		cycle := func() {
-			if err := pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), noop, advisory.WithTimeout(5e9)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		cycle()
-		b.ReportAllocs()
-		for b.Loop() {
-			cycle()
-		}
-	})
+		_, err = conn.Exec(ctx, "COMMIT")
+		return err
+	}},
+	{"pgxadvisory-guarded", func(s string) (*pgxpool.Config, error) { return pgadvisory.ParsePoolConfig(s) },
+		func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+			return pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error { return nil }, advisory.WithTimeout(5e9))
+		}},
+}
+
+// openBenchPool opens a pool of conns connections to dsn, all of them
+// opened first, closed at the end of b.
+func openBenchPool(b *testing.B, dsn string, parse func(string) (*pgxpool.Config, error), conns int32) *pgxpool.Pool {
+	cfg, err := parse(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = conns, conns
+	pool, err := pgxpool.NewWithConfig(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	for pool.Stat().TotalConns() < conns { // MinConns fills in the background
+		time.Sleep(10 * time.Millisecond)
+	}
+	return pool
+}
+
+// processCPU returns the user plus system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
