@@ -360,7 +360,9 @@ func TestRoundTripGoalAndRefs(t *testing.T) {
 
 func TestPairedRatios(t *testing.T) {
 	res := []*Result{fixed("w", "c", PathDirect, 90), fixed("w", "e", PathDirect, 100), fixed("w", "g", PathDirect, 91),
-		fixed("v", "c", PathDirect, 80), fixed("v", "e", PathDirect, 100)}
+		fixed("v", "c", PathDirect, 80), fixed("v", "e", PathDirect, 100),
+		fixed("u", "c", PathDirect, 949), fixed("u", "e", PathDirect, 1000),
+		fixed("t", "c", PathDirect, 15411), fixed("t", "e", PathDirect, 16223)}
 	// Two runs, each of its own pair: a ratio is taken within one run.
 	paired := [][]*Result{
 		{fixed("w", "c", PathDirect, 97), fixed("w", "e", PathDirect, 100)},
@@ -372,6 +374,8 @@ func TestPairedRatios(t *testing.T) {
 			{Text: "w goal", Workload: "w", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
 			{Text: "w g goal", Workload: "w", Num: "g", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
 			{Text: "v goal", Workload: "v", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
+			{Text: "u goal", Workload: "u", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
+			{Text: "t goal", Workload: "t", Num: "c", NumPath: PathDirect, Den: "e", DenPath: PathDirect, Want: 0.95},
 		}}); err != nil {
 		t.Fatal(err)
 	}
@@ -382,6 +386,8 @@ func TestPairedRatios(t *testing.T) {
 		"| w goal | 0.90× | missed by 5% (needs 1.06× more) | 0.97× | met |",
 		"| w g goal | 0.91× | missed by 4% (needs 1.04× more) | 0.94× | missed by 1% (needs 1.01× more) |",
 		"| v goal | 0.80× | missed by 16% (needs 1.19× more) | — | — |",
+		"| u goal | 0.949× | missed by 0.1% (needs 1.001× more) | — | — |",    // not rounded up to the goal
+		"| t goal | 0.9499× | missed by 0.01% (needs 1.0001× more) | — | — |", // 0.949947…
 		"The verdict is the main run's",
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -44,7 +44,7 @@ func Explain(rep *Report, v Verdict) []string {
 	}
 	var out []string
 	out = append(out, fmt.Sprintf("%s completed %.0f locks/s, %s %.0f: %s where the goal needs %s.",
-		nt, num.Rate(), dt, den.Rate(), FormatRatio(v.Got), FormatRatio(v.Want)))
+		nt, num.Rate(), dt, den.Rate(), formatGot(v), FormatRatio(v.Want)))
 
 	// How busy the machine was, and what bounds the rate.
 	cpuBound, busyKnown := false, false

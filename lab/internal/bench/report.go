@@ -224,7 +224,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			v := g.Evaluate(rep.Locks)
 			paired, pairedVerdict := "—", "—"
 			if pv := evaluatePaired(g, rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
-				paired, pairedVerdict = FormatRatio(pv.Got), verdictText(pv)
+				paired, pairedVerdict = formatGot(pv), verdictText(pv)
 			}
 			switch {
 			case !v.Measured:
@@ -232,7 +232,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			case g.MaxRoundTrips > 0:
 				p("| %s | %.2f round trips | %s | — | — |\n", mdEscape(g.Text), v.Got, verdictText(v))
 			default:
-				p("| %s | %s | %s | %s | %s |\n", mdEscape(g.Text), FormatRatio(v.Got), verdictText(v), paired, pairedVerdict)
+				p("| %s | %s | %s | %s | %s |\n", mdEscape(g.Text), formatGot(v), verdictText(v), paired, pairedVerdict)
 			}
 		}
 		p("\n")
@@ -374,7 +374,33 @@ func verdictText(v Verdict) string {
 	case v.MaxRoundTrips > 0:
 		return fmt.Sprintf("missed (%.2f too many)", v.Got-v.MaxRoundTrips)
 	}
-	return fmt.Sprintf("missed by %.0f%% (needs %s more)", v.Shortfall*100, FormatRatio(v.Want/v.Got))
+	return fmt.Sprintf("%s (needs %.*f× more)", missedBy(v), missDigits(v), v.Want/v.Got)
+}
+
+// missedBy says how far a missed ratio goal fell short, in percent.
+func missedBy(v Verdict) string {
+	return fmt.Sprintf("missed by %.*f%%", missDigits(v)-2, v.Shortfall*100)
+}
+
+// formatGot renders a ratio goal's measured value, a miss with as many
+// decimals as it takes not to round up to the goal (0.949× for 0.95).
+func formatGot(v Verdict) string {
+	if v.Met {
+		return FormatRatio(v.Got)
+	}
+	return fmt.Sprintf("%.*f×", missDigits(v), v.Got)
+}
+
+// missDigits is how many decimals show a missed ratio below its goal: two,
+// or up to six where fewer would round it up to the goal.
+func missDigits(v Verdict) int {
+	d := 2
+	for ; d < 6; d++ {
+		if scale := math.Pow10(d); math.Round(v.Got*scale)/scale < v.Want {
+			break
+		}
+	}
+	return d
 }
 
 func formatGoroutines(r *Result) string {
@@ -456,7 +482,7 @@ func writeWhy(p func(string, ...any), rep *Report) {
 			p("### Why goals were missed\n\n")
 			first = false
 		}
-		p("%s — %s, missed by %.0f%%:\n\n", mdEscape(g.Text), FormatRatio(v.Got), v.Shortfall*100)
+		p("%s — %s, %s:\n\n", mdEscape(g.Text), formatGot(v), missedBy(v))
 		for _, b := range bullets {
 			p("- %s\n", b)
 		}
