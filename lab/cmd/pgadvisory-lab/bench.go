@@ -397,13 +397,13 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	// Each cell of an interleaved run gets about half its time in the main
 	// run per round: one-worker cells in turns of 50 ms (warm, and at the
 	// same moments as the others), wider ones in turns of all their workers.
-	var interleaved []widePair
+	var interleaved []interleavedRun
 	if paired := pairedVariants(locks, refs); o.paired && len(paired) > 1 && o.has(o.workloads, workloadUncontended) {
 		logf("bench: %d one-worker cells again, interleaved in turns of %v", len(paired), pairedSlice)
-		interleaved = append(interleaved, widePair{workload: bench.Workload{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}, variants: paired})
+		interleaved = append(interleaved, interleavedRun{workload: bench.Workload{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}, variants: paired})
 	}
 	if o.paired {
-		interleaved = append(interleaved, widePairs(locks, o.workloadList(), o.goals())...)
+		interleaved = append(interleaved, interleavedPairs(locks, o.workloadList(), o.goals())...)
 	}
 	for _, pair := range interleaved {
 		slice := pairedSlice
@@ -444,8 +444,10 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return fmt.Errorf("driver-overhead benchmark: %w", err)
 		}
 	}
-	for _, r := range slices.Concat(append([][]*bench.Result{rep.Locks, rep.Overhead}, rep.Paired...)...) {
-		o.anyErrors = o.anyErrors || r.Errors > 0
+	for _, rs := range append([][]*bench.Result{rep.Locks, rep.Overhead}, rep.Paired...) {
+		for _, r := range rs {
+			o.anyErrors = o.anyErrors || r.Errors > 0
+		}
 	}
 	if profiling {
 		pprof.StopCPUProfile()
@@ -613,19 +615,19 @@ const pairedSlice = 50 * time.Millisecond
 // the last cycle in flight, so it is longer than pairedSlice.
 const pairedWideSlice = 250 * time.Millisecond
 
-// widePair is cells of one workload run again interleaved: the one-worker
+// interleavedRun is cells of one workload run again interleaved: the one-worker
 // cells the ratios compare, or two cells of several workers that a goal
 // compares (numerator, then denominator).
-type widePair struct {
+type interleavedRun struct {
 	workload bench.Workload
 	variants []bench.Variant
 }
 
-// widePairs returns the pairs of goals' cells on one path under workloads
+// interleavedPairs returns the pairs of goals' cells on one path under workloads
 // of several workers, for the interleaved pass. Each pair runs on its own:
 // the server has a connection per worker of every cell of a run open.
-func widePairs(locks []bench.Variant, workloads []bench.Workload, goals []bench.Goal) []widePair {
-	var out []widePair
+func interleavedPairs(locks []bench.Variant, workloads []bench.Workload, goals []bench.Goal) []interleavedRun {
+	var out []interleavedRun
 	for _, w := range workloads {
 		if w.Workers == 1 {
 			continue
@@ -637,7 +639,7 @@ func widePairs(locks []bench.Variant, workloads []bench.Workload, goals []bench.
 			num := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Num && v.Path == g.NumPath && v.Runs(w) })
 			den := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Den && v.Path == g.DenPath && v.Runs(w) })
 			if num >= 0 && den >= 0 {
-				out = append(out, widePair{workload: w, variants: []bench.Variant{locks[num], locks[den]}})
+				out = append(out, interleavedRun{workload: w, variants: []bench.Variant{locks[num], locks[den]}})
 			}
 		}
 	}

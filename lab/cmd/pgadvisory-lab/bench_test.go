@@ -140,9 +140,9 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
-// TestWidePairs: the goals' pairs run again interleaved are the cells of
+// TestInterleavedPairs: the goals' pairs run again interleaved are the cells of
 // workloads of several workers on one path, each pair on its own.
-func TestWidePairs(t *testing.T) {
+func TestInterleavedPairs(t *testing.T) {
 	o := &benchOptions{workloads: []string{workloadUncontended, workloadContended}, paths: []string{"direct", "pgbouncer"}}
 	var locks []bench.Variant
 	for _, p := range []bench.Path{bench.PathDirect, bench.PathPgBouncer} {
@@ -153,7 +153,7 @@ func TestWidePairs(t *testing.T) {
 	locks = append(locks, bench.Variant{ID: "i", Path: bench.PathPgBouncer, MaxWorkers: 1})
 	ws := []bench.Workload{{Name: workloadUncontended, Workers: 1}, {Name: workloadContended, Workers: 32}}
 	var got []string
-	for _, p := range widePairs(locks, ws, o.goals()) {
+	for _, p := range interleavedPairs(locks, ws, o.goals()) {
 		got = append(got, p.workload.Name+" "+p.variants[0].ID+"/"+p.variants[1].ID+" "+string(p.variants[0].Path)+","+string(p.variants[1].Path))
 	}
 	want := []string{
