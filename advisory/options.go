@@ -74,7 +74,8 @@ func (c *config) fail(err error) {
 // waits in a pooler's queue, as behind a driver that sends BEGIN with the
 // lock statement, or the server is unreachable): it is abandoned with
 // ErrConnTimeout. When the context has a deadline, the sooner of the two
-// applies to each wait. d must be positive. Without WithTimeout and without a deadline the lock
+// applies to each wait. The client's bounds run on the calling goroutine's
+// timers, so in a testing/synctest bubble they follow its fake clock. d must be positive. Without WithTimeout and without a deadline the lock
 // statement leaves lock_timeout alone (the role's or server's setting
 // applies; 0, the default, waits forever).
 func WithTimeout(d time.Duration) LockOption {
