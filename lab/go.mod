@@ -10,6 +10,7 @@ require (
 	github.com/pgadvisory/pgadvisory/pgbouncer/docker v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	golang.org/x/mod v0.39.0
+	gonum.org/v1/gonum v0.17.0
 )
 
 require (

@@ -49,4 +49,11 @@
 // into sentences with the run's numbers (how busy the machine was, CPU or
 // PgBouncer server-connection time per lock, the ceiling variant, the
 // top client layers).
+//
+// RunInterleaved measures cells again in alternating turns, so that each
+// pass of turns gives every cell the same moments of the machine; a
+// Result's Turns keep each turn, and PairedRatio turns the passes of two
+// cells into their ratio with a 95% confidence interval. A goal judged
+// on such a ratio is met or missed only when the whole interval lies on
+// one side of it (Verdict.Decide); otherwise that run cannot tell.
 package bench

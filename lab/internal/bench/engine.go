@@ -113,8 +113,13 @@ type Result struct {
 	Elapsed  time.Duration // measured wall time, summed over rounds
 	Latency  *Histogram    // acquisition latency of completed cycles
 	Rates    []float64     // locks/s of each round
-	CPU      map[string]time.Duration
-	cpuWall  map[string]time.Duration // wall time over which CPU was measured
+	// Turns are the turns of an interleaved run (RunInterleaved), one per
+	// pass in which the variant ran: turns of two results with the same
+	// Round and Pass saw about the same moments of the machine. Nil for
+	// Run's results.
+	Turns   []Turn
+	CPU     map[string]time.Duration
+	cpuWall map[string]time.Duration // wall time over which CPU was measured
 	// Layers is the client CPU of the measured phases by layer (see
 	// Layer), from a CPU profile of the process; nil when Attribute was
 	// not called.
@@ -154,6 +159,15 @@ func (r *Result) RoundTripsPerCycle() (float64, bool) {
 		return 0, false
 	}
 	return float64(r.RoundTrips) / float64(r.Locks), true
+}
+
+// Turn is what one variant did in its turn of one pass of an interleaved
+// run: the cycles it completed and the time they took (its own cycles' time
+// on one worker, the turn's wall time on several).
+type Turn struct {
+	Round, Pass int
+	Locks       int64
+	Elapsed     time.Duration
 }
 
 // Rate returns completed cycles per second.

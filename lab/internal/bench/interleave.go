@@ -91,7 +91,7 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 	}
 	own := make([]time.Duration, len(rs))
 	locks := make([]int64, len(rs))
-	alternate(ctx, c, w, targets, c.Duration, rng, func(i int, d time.Duration, err error) {
+	alternate(ctx, c, w, targets, c.Duration, rng, func(i, pass int, d time.Duration, err error) {
 		r := rs[i]
 		if err != nil {
 			r.Errors++
@@ -103,6 +103,7 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 		own[i] += d
 		locks[i]++
 		r.Latency.Record(d)
+		r.addToTurn(round, pass, 1, d)
 	})
 	addRound(rs, locks, own)
 }
@@ -120,12 +121,24 @@ func addRound(rs []*Result, locks []int64, elapsed []time.Duration) {
 	}
 }
 
+// addToTurn adds locks completed in d to r's turn in pass of round,
+// starting that turn if it is not r's last.
+func (r *Result) addToTurn(round, pass int, locks int64, d time.Duration) {
+	if n := len(r.Turns); n == 0 || r.Turns[n-1].Round != round || r.Turns[n-1].Pass != pass {
+		r.Turns = append(r.Turns, Turn{Round: round, Pass: pass})
+	}
+	t := &r.Turns[len(r.Turns)-1]
+	t.Locks += locks
+	t.Elapsed += d
+}
+
 // alternate runs the targets' cycles in turn for d: in passes that give
 // every target one turn (c.Slice of cycles, at least one), each pass in a
 // new random order (so that no target always follows the same one), and
-// hands each cycle's wall time and error to record (nil: warm-up). A target that is nil (it failed to open) or
-// that failed maxConsecutiveErrors times in a row is skipped.
-func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d time.Duration, rng *rand.Rand, record func(i int, d time.Duration, err error)) {
+// hands each cycle's target, pass, wall time and error to record (nil:
+// warm-up). A target that is nil (it failed to open) or that failed
+// maxConsecutiveErrors times in a row is skipped.
+func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d time.Duration, rng *rand.Rand, record func(i, pass int, d time.Duration, err error)) {
 	n := len(targets)
 	consecutive := make([]int, n)
 	grace := c.CycleGrace
@@ -160,7 +173,7 @@ func alternate(ctx context.Context, c *Config, w Workload, targets []Target, d t
 				consecutive[i] = 0
 			}
 			if record != nil {
-				record(i, took, err)
+				record(i, turn/n, took, err)
 			}
 			if now := time.Now(); !now.Before(sliceEnd) || !now.Before(end) || pctx.Err() != nil || consecutive[i] >= maxConsecutiveErrors {
 				break
@@ -186,28 +199,31 @@ func interleaveWorkers(ctx context.Context, c *Config, w Workload, round int, rs
 	}
 	wall := make([]time.Duration, len(rs))
 	locks := make([]int64, len(rs))
-	alternateWorkers(ctx, c, w, round, targets, c.Duration, rng, func(i int, stats []workerStats, d time.Duration) {
+	alternateWorkers(ctx, c, w, round, targets, c.Duration, rng, func(i, pass int, stats []workerStats, d time.Duration) {
 		r := rs[i]
-		wall[i] += d
+		var turnLocks int64
 		for _, s := range stats {
-			locks[i] += s.locks
+			turnLocks += s.locks
 			r.Errors += s.errors
 			if s.firstErr != nil && r.FirstErr == "" {
 				r.FirstErr = s.firstErr.Error()
 			}
 			r.Latency.Merge(s.hist)
 		}
+		wall[i] += d
+		locks[i] += turnLocks
+		r.addToTurn(round, pass, turnLocks, d)
 	})
 	addRound(rs, locks, wall)
 }
 
 // alternateWorkers runs turns of w.Workers workers (phase) on one target at
 // a time for d, in passes that give every target one turn, each pass in a
-// new random order, and hands each turn's worker stats and wall time to
-// record (nil: warm-up, nothing recorded). A target that is nil or whose
+// new random order, and hands each turn's target, pass, worker stats and
+// wall time to record (nil: warm-up, nothing recorded). A target that is nil or whose
 // turns completed no cycle, only errors, maxTurnFailures times in a row is
 // skipped.
-func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, targets []Target, d time.Duration, rng *rand.Rand, record func(i int, stats []workerStats, d time.Duration)) {
+func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, targets []Target, d time.Duration, rng *rand.Rand, record func(i, pass int, stats []workerStats, d time.Duration)) {
 	n := len(targets)
 	failed := make([]int, n)
 	grace := c.CycleGrace
@@ -247,7 +263,7 @@ func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, tar
 			failed[i] = 0
 		}
 		if record != nil {
-			record(i, stats, took)
+			record(i, turn/n, stats, took)
 		}
 	}
 }

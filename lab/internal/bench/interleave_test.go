@@ -48,6 +48,31 @@ func TestRunInterleavedAlternates(t *testing.T) {
 		if _, ok := r.Cores("client"); ok {
 			t.Fatalf("%s: CPU measured, but interleaved variants share the process", r.Variant.ID)
 		}
+		checkTurns(t, r)
+	}
+	if iv, ok := PairedRatio(ra, rb); !ok || iv.Passes < minIntervalPasses {
+		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass", iv, ok)
+	}
+}
+
+// checkTurns fails t unless r's turns add up to its locks and elapsed
+// time, one turn per pass, in order.
+func checkTurns(t *testing.T, r *Result) {
+	t.Helper()
+	var locks int64
+	var elapsed time.Duration
+	for i, turn := range r.Turns {
+		locks += turn.Locks
+		elapsed += turn.Elapsed
+		if i > 0 {
+			prev := r.Turns[i-1]
+			if turn.Round < prev.Round || turn.Round == prev.Round && turn.Pass <= prev.Pass {
+				t.Fatalf("%s: turn %d (round %d, pass %d) after round %d, pass %d", r.Variant.ID, i, turn.Round, turn.Pass, prev.Round, prev.Pass)
+			}
+		}
+	}
+	if len(r.Turns) == 0 || locks != r.Locks || elapsed != r.Elapsed {
+		t.Fatalf("%s: %d turns of %d locks in %v; the result has %d in %v", r.Variant.ID, len(r.Turns), locks, elapsed, r.Locks, r.Elapsed)
 	}
 }
 
@@ -168,6 +193,10 @@ func TestRunInterleavedWorkers(t *testing.T) {
 		if len(r.Rates) != rounds || r.Elapsed <= 0 || r.Latency.Count() != uint64(r.Locks) || r.Errors != 0 {
 			t.Fatalf("%s: rates %v, elapsed %v, latency count %d, locks %d, errors %d", r.Variant.ID, r.Rates, r.Elapsed, r.Latency.Count(), r.Locks, r.Errors)
 		}
+		checkTurns(t, r)
+	}
+	if iv, ok := PairedRatio(res[0], res[1]); !ok || iv.Passes < minIntervalPasses {
+		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass", iv, ok)
 	}
 }
 

@@ -33,6 +33,32 @@ type Verdict struct {
 	// Shortfall is how far Got falls below Want, as a fraction of Want
 	// (0.2: 20% short); 0 when met.
 	Shortfall float64
+	// Interval is Got's confidence interval from an interleaved run's
+	// paired passes (see PairedRatio); nil when there is none.
+	Interval *RatioInterval
+}
+
+// Decision is a ratio goal's verdict at the confidence of its interval.
+type Decision int
+
+const (
+	Undecided Decision = iota // the interval holds Want: this run cannot tell
+	Reached                   // the whole interval is at or above Want
+	Short                     // the whole interval is below Want
+)
+
+// Decide judges v by its interval; ok is false when v has none.
+func (v Verdict) Decide() (d Decision, ok bool) {
+	if v.Interval == nil || !v.Measured || v.MaxRoundTrips > 0 {
+		return Undecided, false
+	}
+	switch {
+	case v.Interval.Low >= v.Want:
+		return Reached, true
+	case v.Interval.High < v.Want:
+		return Short, true
+	}
+	return Undecided, true
 }
 
 // Evaluate measures g on results.
@@ -217,14 +243,24 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	if len(rep.Goals) > 0 {
 		p("### Goals\n\n")
 		if len(rep.Paired) > 0 {
-			p("The verdict is the main run's; interleaved is the same ratio from the two cells run again in alternating turns, with its own verdict.\n\n")
+			p("The verdict is the main run's; interleaved is the same ratio from the two cells run again in alternating turns, with its own verdict. ")
+			p("In brackets, the 95%% confidence interval of the interleaved ratio over its passes (each pass gives both cells a turn at about the same moments); ")
+			p("that verdict is decided only when the whole interval lies on one side of the goal.\n\n")
 		}
 		p("| goal | measured | verdict | interleaved | verdict (interleaved) |\n| --- | ---: | --- | ---: | --- |\n")
+		var decided [3]int
+		decisions := 0
 		for _, g := range rep.Goals {
 			v := g.Evaluate(rep.Locks)
 			paired, pairedVerdict := "—", "—"
 			if pv := evaluatePaired(g, rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
 				paired, pairedVerdict = formatGot(pv), verdictText(pv)
+				if d, ok := pv.Decide(); ok {
+					paired += fmt.Sprintf(" [%.2f–%.2f]", pv.Interval.Low, pv.Interval.High)
+					pairedVerdict = decisionText(pv, d)
+					decided[d]++
+					decisions++
+				}
 			}
 			switch {
 			case !v.Measured:
@@ -236,6 +272,10 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			}
 		}
 		p("\n")
+		if decisions > 0 {
+			p("Interleaved, at 95%% confidence: %d of %d ratio goals met, %d missed, %d not decided by this run.\n\n",
+				decided[Reached], decisions, decided[Short], decided[Undecided])
+		}
 	}
 	if len(rep.Meters) > 0 && len(rep.Locks) > 0 {
 		p("### CPU during the measured phase\n\n")
@@ -322,13 +362,13 @@ func writeRefs(p func(string, ...any), rep *Report) {
 		n, d := rw[0], rw[1]
 		p("| %s | %s, %s | %.0f | %s, %s | %.0f | %s | %s | %s, %s | %s, %s |\n", mdEscape(n.Workload.Name),
 			mdEscape(n.Variant.Label()), n.Variant.Path, n.Rate(), mdEscape(d.Variant.Label()), d.Variant.Path, d.Rate(),
-			formatRate(n, d), formatRate(pairedOf(rep.Paired, n, d)),
+			formatRate(n, d), formatPaired(pairedOf(rep.Paired, n, d)),
 			formatRoundTrips(n), formatRoundTrips(d), formatGoroutines(n), formatGoroutines(d))
 	}
 	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
 	p(" Goroutines are the goroutines the bench process created during the cell's measured phases, per cycle: database/sql creates one for every transaction (sql.Tx), which wakes a thread at each BEGIN and COMMIT.")
 	if len(rep.Paired) > 0 {
-		p(" Interleaved is the ratio of the same two cells run again in alternating turns in a random order, so that both see the same moments of the machine: cycle by cycle on one worker each, or all of a workload's workers on one cell per turn.")
+		p(" Interleaved is the ratio of the same two cells run again in alternating turns in a random order, so that both see the same moments of the machine: cycle by cycle on one worker each, or all of a workload's workers on one cell per turn; in brackets, its 95%% confidence interval over the passes of turns.")
 	}
 	p("\n\n")
 }
@@ -340,6 +380,16 @@ func formatRate(n, d *Result) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.2f", n.Rate()/d.Rate())
+}
+
+// formatPaired renders the interleaved n's rate over d's, with its 95%
+// interval where the run had enough passes.
+func formatPaired(n, d *Result) string {
+	s := formatRate(n, d)
+	if iv, ok := PairedRatio(n, d); ok {
+		s += fmt.Sprintf(" [%.2f–%.2f]", iv.Low, iv.High)
+	}
+	return s
 }
 
 // pairedOf returns the results of the first run of paired that measured
@@ -356,14 +406,28 @@ func pairedOf(paired [][]*Result, n, d *Result) (*Result, *Result) {
 }
 
 // evaluatePaired is g's verdict in the first run of paired that measured
-// it.
+// it, with the interval of its passes where there are enough.
 func evaluatePaired(g Goal, paired [][]*Result) Verdict {
 	for _, run := range paired {
 		if v := g.Evaluate(run); v.Measured {
+			if iv, ok := PairedRatio(Find(run, g.Workload, g.Num, g.NumPath), Find(run, g.Workload, g.Den, g.DenPath)); ok {
+				v.Interval = &iv
+			}
 			return v
 		}
 	}
 	return Verdict{Goal: g}
+}
+
+// decisionText is the verdict column of a goal decided by its interval.
+func decisionText(v Verdict, d Decision) string {
+	switch d {
+	case Reached:
+		return "met (interval above the goal)"
+	case Short:
+		return "missed (interval below the goal)"
+	}
+	return fmt.Sprintf("not decided (interval holds %.2f)", v.Want)
 }
 
 // verdictText is the verdict column of a measured goal.
