@@ -9,7 +9,7 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-go faults pgx-suites toolcheck river release-check lab examples
+.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-docs bench-go faults pgx-suites toolcheck river release-check lab examples
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,8 +51,14 @@ budget: ## what adopting the library costs a program: modules, binary sizes with
 release-check: ## publish the committed tree as v0.1.0 to a file:// proxy; every module builds and is tidy alone; go install / go get / go get -tool / the golangci plugin from it
 	bash scripts/release-check.sh
 
+# The lock benchmark's run: 2 rounds; each interleaved cell gets 6 s a round
+# (24 passes of 250 ms turns for the goals' wide pairs).
+BENCH_FLAGS ?= -rounds 2 -paired-duration 6s -cpuprofile out/bench-cpu.pprof
 bench: lab ## the lock benchmark: naive pattern, WithXactLock over pgx, pgadvisory and a guarded pgxpool, the seed pattern guarded, a held session lock, Redlock (out/bench.md, out/bench.svg)
-	$(LAB) bench -rounds 2 -out out/bench.md -svg out/bench.svg -cpuprofile out/bench-cpu.pprof
+	$(LAB) bench $(BENCH_FLAGS) -out out/bench.md -svg out/bench.svg
+
+bench-docs: lab ## make bench, writing its report to docs/bench.md and docs/bench.svg and its summary into the README's benchmark section
+	$(LAB) bench $(BENCH_FLAGS) -out docs/bench.md -svg docs/bench.svg -readme README.md
 
 bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -col /driver out/bench-go.txt)
 	@mkdir -p out

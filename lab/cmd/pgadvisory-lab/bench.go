@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -65,7 +66,9 @@ type benchOptions struct {
 	poolSize                int // pool_size of the harness's PgBouncer database
 	overhead                bool
 	paired                  bool
+	pairedDuration          time.Duration // measured time per cell and round of the interleaved runs
 	out, svg, cpuprofile    string
+	readme                  string // file whose summary block the run rewrites
 	startedCluster          bool
 	anyErrors               bool
 	pgVersion, pgbVersion   string
@@ -94,7 +97,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
 	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the goals' pairs of several workers in turns of 250ms")
+	fs.DurationVar(&o.pairedDuration, "paired-duration", 0, "measured time per cell and round of the interleaved runs (default: half of -duration); more passes narrow their 95% intervals")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
+	fs.StringVar(&o.readme, "readme", "", "also rewrite the summary (locks/s, ratios, goals) between the lines "+summaryBegin+" and "+summaryEnd+" of this Markdown file")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "also write the CPU profile of the client (this process) during the measurements to this file (the report always has it by cell and layer)")
 	fs.Usage = func() {
@@ -149,6 +154,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{"-lock-timeout must be positive"}
 	case o.poolSize < 1 || o.poolSize > pgbouncer.MaxWidePoolSize:
 		return usageError{fmt.Sprintf("-pool-size must be in 1..%d", pgbouncer.MaxWidePoolSize)}
+	case o.pairedDuration < 0:
+		return usageError{"-paired-duration must not be negative"}
+	}
+	if o.pairedDuration == 0 {
+		o.pairedDuration = o.duration / 2
+	}
+	if o.readme != "" {
+		// Checked before the run, so that a long run does not end on a
+		// file it cannot update.
+		doc, err := os.ReadFile(o.readme)
+		if err != nil {
+			return usageError{fmt.Sprintf("-readme: %v", err)}
+		}
+		if _, err := spliceSummary(doc, nil); err != nil {
+			return usageError{fmt.Sprintf("-readme %s: %v", o.readme, err)}
+		}
 	}
 	poolSizeSet := false
 	fs.Visit(func(f *flag.Flag) { poolSizeSet = poolSizeSet || f.Name == "pool-size" })
@@ -415,7 +436,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		run, err := bench.RunInterleaved(ctx, bench.Config{
 			Workloads: []bench.Workload{pair.workload},
 			Variants:  pair.variants,
-			Duration:  o.duration * time.Duration(len(pair.variants)) / 2,
+			Duration:  o.pairedDuration * time.Duration(len(pair.variants)),
 			Slice:     slice,
 			Warmup:    o.warmup,
 			Rounds:    o.rounds,
@@ -468,6 +489,15 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			return err
 		}
 	}
+	if o.readme != "" {
+		var summary bytes.Buffer
+		if err := bench.WriteSummary(&summary, rep, summaryColumns); err != nil {
+			return err
+		}
+		if err := rewriteSummary(o.readme, summary.Bytes()); err != nil {
+			return err
+		}
+	}
 	if o.svg != "" && len(rep.Locks) > 0 {
 		title := fmt.Sprintf("Advisory lock cycles — %d CPUs, %v per cell", runtime.NumCPU(), o.duration)
 		if err := writeFileWith(o.svg, func(w io.Writer) error { return bench.WriteSVG(w, title, rep.Locks) }); err != nil {
@@ -516,6 +546,96 @@ func (o *benchOptions) useProfile(data []byte, f *os.File, rep *bench.Report, lo
 // benchKeyBase keeps the benchmark's lock keys away from small keys an
 // application on the same database may use ("pgadv" in ASCII, shifted).
 const benchKeyBase int64 = 0x7067616476 << 16
+
+// The lines between which -readme rewrites the summary.
+const (
+	summaryBegin = "<!-- bench-summary:begin -->"
+	summaryEnd   = "<!-- bench-summary:end -->"
+)
+
+// summaryColumns are the variants of the summary's locks/s table: the naive
+// pattern, the helpers, the ceilings and Redlock.
+var summaryColumns = []string{"a", "b", "c", "g", "e", "j", "d"}
+
+// spliceSummary returns doc with the lines between its summaryBegin and
+// summaryEnd lines replaced by summary; an error if doc does not have
+// each line once, in that order.
+func spliceSummary(doc, summary []byte) ([]byte, error) {
+	lines := strings.SplitAfter(string(doc), "\n")
+	find := func(marker string) (int, error) {
+		at := -1
+		for i, l := range lines {
+			if strings.TrimSpace(l) == marker {
+				if at >= 0 {
+					return 0, fmt.Errorf("the line %s appears more than once", marker)
+				}
+				at = i
+			}
+		}
+		if at < 0 {
+			return 0, fmt.Errorf("no line %s", marker)
+		}
+		return at, nil
+	}
+	begin, err := find(summaryBegin)
+	if err != nil {
+		return nil, err
+	}
+	end, err := find(summaryEnd)
+	if err != nil {
+		return nil, err
+	}
+	if end < begin {
+		return nil, fmt.Errorf("%s comes before %s", summaryEnd, summaryBegin)
+	}
+	var b strings.Builder
+	for _, l := range lines[:begin+1] {
+		b.WriteString(l)
+	}
+	b.Write(summary)
+	for _, l := range lines[end:] {
+		b.WriteString(l)
+	}
+	return []byte(b.String()), nil
+}
+
+// rewriteSummary replaces the summary block of the Markdown file at path,
+// read again now (it may have been edited during the run), keeping its
+// permissions; the file is replaced whole, never left half written.
+func rewriteSummary(path string, summary []byte) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("-readme: %w", err)
+	}
+	out, err := spliceSummary(doc, summary)
+	if err != nil {
+		return fmt.Errorf("-readme %s: %w", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("-readme: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".bench-summary-*")
+	if err != nil {
+		return fmt.Errorf("-readme: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, nothing is left to remove
+	if _, err := tmp.Write(out); err != nil {
+		tmp.Close()
+		return fmt.Errorf("-readme: %w", err)
+	}
+	if err := tmp.Chmod(st.Mode().Perm()); err != nil {
+		tmp.Close()
+		return fmt.Errorf("-readme: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("-readme: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("-readme: %w", err)
+	}
+	return nil
+}
 
 func writeFileWith(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)

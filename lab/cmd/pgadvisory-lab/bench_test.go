@@ -37,6 +37,9 @@ func TestBenchUsage(t *testing.T) {
 		{"-pool-size", "33"},
 		{"-pgbouncer-session-dsn", "postgres://x@127.0.0.1:6433/db"},
 		{"-pool-size", "8", "-dsn", "postgres://x@127.0.0.1/db", "-pgbouncer-dsn", "postgres://x@127.0.0.1:6432/db"},
+		{"-paired-duration", "-1s"},
+		{"-readme", filepath.Join(t.TempDir(), "missing.md")},
+		{"-readme", writeTemp(t, "# no summary block\n")},
 	} {
 		var out, errOut bytes.Buffer
 		err := runBench(context.Background(), args, &out, &errOut)
@@ -89,13 +92,14 @@ func TestBenchSmoke(t *testing.T) {
 	c := pgbouncer.StartT(t, pgbouncer.WithModes(pgbouncer.Transaction, pgbouncer.Session))
 	dir := t.TempDir()
 	mdPath, svgPath, profPath := filepath.Join(dir, "bench.md"), filepath.Join(dir, "bench.svg"), filepath.Join(dir, "cpu.pprof")
+	readme := writeTemp(t, "# Title\n\n"+summaryBegin+"\nold numbers\n"+summaryEnd+"\n\nthe rest\n")
 	var out, errOut bytes.Buffer
 	err := runBench(context.Background(), []string{
 		"-dsn", c.DirectDSN(), "-pgbouncer-dsn", c.WideDSN(pgbouncer.Transaction),
 		"-pgbouncer-session-dsn", c.WideDSN(pgbouncer.Session),
 		"-workloads", "uncontended", "-duration", "100ms", "-warmup", "0s",
 		"-redis-instances", "1",
-		"-out", mdPath, "-svg", svgPath, "-cpuprofile", profPath,
+		"-out", mdPath, "-svg", svgPath, "-cpuprofile", profPath, "-readme", readme,
 	}, &out, &errOut)
 	t.Logf("stderr:\n%s", errOut.String())
 	if err != nil {
@@ -133,6 +137,25 @@ func TestBenchSmoke(t *testing.T) {
 	if err != nil || string(file) != md {
 		t.Errorf("-out file differs from stdout (err %v)", err)
 	}
+	summary, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# Title\n\n" + summaryBegin + "\nMeasured by `pgadvisory-lab bench -dsn ",
+		"| locks/s (× (a)) | (a) | (b) | (c) | (g) | (e) | (j) | (d) |\n",
+		"| uncontended (1 worker, 100 keys), pgbouncer | ",
+		"| (g)/(e), direct | ",
+		"| (g)/(e) ≥ 0.95, uncontended, pgbouncer |",
+		summaryEnd + "\n\nthe rest\n",
+	} {
+		if !strings.Contains(string(summary), want) {
+			t.Errorf("-readme file lacks %q:\n%s", want, summary)
+		}
+	}
+	if strings.Contains(string(summary), "old numbers") {
+		t.Error("-readme kept the old summary")
+	}
 	for _, p := range []string{svgPath, profPath} {
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", p, err)
@@ -162,5 +185,73 @@ func TestInterleavedPairs(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("pairs %q, want %q", got, want)
+	}
+}
+
+// writeTemp writes content to a new file in t's temporary directory and
+// returns its path.
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "README.md")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSpliceSummary: the summary replaces exactly the lines between the
+// markers; a file without them, with one twice or with them reversed is
+// refused.
+func TestSpliceSummary(t *testing.T) {
+	doc := "a\n" + summaryBegin + "\nold\nolder\n  " + summaryEnd + "  \nb\n"
+	got, err := spliceSummary([]byte(doc), []byte("new\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a\n" + summaryBegin + "\nnew\n  " + summaryEnd + "  \nb\n"; string(got) != want {
+		t.Errorf("spliceSummary = %q, want %q", got, want)
+	}
+	for _, bad := range []string{
+		"a\n",
+		summaryBegin + "\n",
+		summaryEnd + "\n" + summaryBegin + "\n",
+		summaryBegin + "\n" + summaryBegin + "\n" + summaryEnd + "\n",
+		"x " + summaryBegin + "\n" + summaryEnd + "\n", // a marker must be its own line
+	} {
+		if _, err := spliceSummary([]byte(bad), nil); err == nil {
+			t.Errorf("spliceSummary(%q) accepted it", bad)
+		}
+	}
+}
+
+// TestRewriteSummary: the file is rewritten in place with its permissions,
+// and left untouched when it has no summary block.
+func TestRewriteSummary(t *testing.T) {
+	path := writeTemp(t, summaryBegin+"\n"+summaryEnd+"\n")
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rewriteSummary(path, []byte("numbers\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := summaryBegin + "\nnumbers\n" + summaryEnd + "\n"; string(got) != want {
+		t.Errorf("file = %q, want %q", got, want)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("mode after rewrite: %v (err %v), want 0600", st.Mode(), err)
+	}
+	plain := writeTemp(t, "no block\n")
+	if err := rewriteSummary(plain, []byte("numbers\n")); err == nil {
+		t.Error("rewriteSummary accepted a file without a summary block")
+	}
+	if got, _ := os.ReadFile(plain); string(got) != "no block\n" {
+		t.Errorf("a refused file changed: %q", got)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Errorf("temporary files left beside the file: %v", entries)
 	}
 }

@@ -247,35 +247,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			p("In brackets, the 95%% confidence interval of the interleaved ratio over its passes (each pass gives both cells a turn at about the same moments); ")
 			p("that verdict is decided only when the whole interval lies on one side of the goal.\n\n")
 		}
-		p("| goal | measured | verdict | interleaved | verdict (interleaved) |\n| --- | ---: | --- | ---: | --- |\n")
-		var decided [3]int
-		decisions := 0
-		for _, g := range rep.Goals {
-			v := g.Evaluate(rep.Locks)
-			paired, pairedVerdict := "—", "—"
-			if pv := evaluatePaired(g, rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
-				paired, pairedVerdict = formatGot(pv), verdictText(pv)
-				if d, ok := pv.Decide(); ok {
-					paired += fmt.Sprintf(" [%.2f–%.2f]", pv.Interval.Low, pv.Interval.High)
-					pairedVerdict = decisionText(pv, d)
-					decided[d]++
-					decisions++
-				}
-			}
-			switch {
-			case !v.Measured:
-				p("| %s | — | not measured | %s | %s |\n", mdEscape(g.Text), paired, pairedVerdict)
-			case g.MaxRoundTrips > 0:
-				p("| %s | %.2f round trips | %s | — | — |\n", mdEscape(g.Text), v.Got, verdictText(v))
-			default:
-				p("| %s | %s | %s | %s | %s |\n", mdEscape(g.Text), formatGot(v), verdictText(v), paired, pairedVerdict)
-			}
-		}
-		p("\n")
-		if decisions > 0 {
-			p("Interleaved, at 95%% confidence: %d of %d ratio goals met, %d missed, %d not decided by this run.\n\n",
-				decided[Reached], decisions, decided[Short], decided[Undecided])
-		}
+		writeGoals(p, rep)
 	}
 	if len(rep.Meters) > 0 && len(rep.Locks) > 0 {
 		p("### CPU during the measured phase\n\n")
@@ -342,6 +314,41 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("\n")
 	}
 	return ew.err
+}
+
+// writeGoals renders rep.Goals as a table, each with the main run's verdict
+// and the interleaved one (decided by its interval where it has one), and
+// counts the interleaved decisions under it.
+func writeGoals(p func(string, ...any), rep *Report) {
+	p("| goal | measured | verdict | interleaved | verdict (interleaved) |\n| --- | ---: | --- | ---: | --- |\n")
+	var decided [3]int
+	decisions := 0
+	for _, g := range rep.Goals {
+		v := g.Evaluate(rep.Locks)
+		paired, pairedVerdict := "—", "—"
+		if pv := evaluatePaired(g, rep.Paired); pv.Measured && g.MaxRoundTrips == 0 {
+			paired, pairedVerdict = formatGot(pv), verdictText(pv)
+			if d, ok := pv.Decide(); ok {
+				paired += fmt.Sprintf(" [%.2f–%.2f]", pv.Interval.Low, pv.Interval.High)
+				pairedVerdict = decisionText(pv, d)
+				decided[d]++
+				decisions++
+			}
+		}
+		switch {
+		case !v.Measured:
+			p("| %s | — | not measured | %s | %s |\n", mdEscape(g.Text), paired, pairedVerdict)
+		case g.MaxRoundTrips > 0:
+			p("| %s | %.2f round trips | %s | — | — |\n", mdEscape(g.Text), v.Got, verdictText(v))
+		default:
+			p("| %s | %s | %s | %s | %s |\n", mdEscape(g.Text), formatGot(v), verdictText(v), paired, pairedVerdict)
+		}
+	}
+	p("\n")
+	if decisions > 0 {
+		p("Interleaved, at 95%% confidence: %d of %d ratio goals met, %d missed, %d not decided by this run.\n\n",
+			decided[Reached], decisions, decided[Short], decided[Undecided])
+	}
 }
 
 // writeRefs renders every cell of rep.Refs beside its reference: both
