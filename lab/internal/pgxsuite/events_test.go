@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,10 +166,13 @@ func TestReport(t *testing.T) {
 		"guarded": {stdlibS.pkgPath(): guarded, pgconnS.pkgPath(): pgconnGuarded},
 	}}
 	var b strings.Builder
-	n := report(&b, "v5.0.0", []suite{stdlibS, poolS, pgconnS}, targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, flags{})
+	n := report(&b, "v5.0.0", []suite{stdlibS, poolS, pgconnS}, targets, results, map[string]string{"pgxpool": "pgadvisory.ConfigurePool is missing"}, nil, nil, flags{})
 	out := b.String()
-	if n != 2 {
-		t.Errorf("report counted %d regressions, want 2 (TestB, pgconn's TestC):\n%s", n, out)
+	if got := strings.Join(n, "; "); got != "stdlib TestB via postgres; pgconn TestC via postgres" {
+		t.Errorf("report's regressions = %q, want TestB and pgconn's TestC:\n%s", got, out)
+	}
+	if i, j := strings.Index(out, "expected differences"), strings.Index(out, "regressions: stdlib"); i < 0 || j < i {
+		t.Errorf("the regressions are not printed last, after the allow-list:\n%s", out)
 	}
 	for _, want := range []string{
 		"stdlib   postgres  declared    2/0/0 [3/0/0]  1/1/0 [1/2/0]  1            0",
@@ -287,5 +292,86 @@ func TestSelectSuites(t *testing.T) {
 	}
 	if all, _ := selectSuites(""); len(all) != len(suites) {
 		t.Errorf("default: %d suites", len(all))
+	}
+}
+
+// TestReportRechecks: a regression that the reruns reproduce (more guarded
+// failures than plain) counts, with its tallies; one they do not is listed
+// apart and not counted.
+func TestReportRechecks(t *testing.T) {
+	plain := result(map[string]Outcome{"TestA": Pass, "TestB": Pass, "TestB/x": Pass})
+	guarded := result(map[string]Outcome{"TestA": Fail, "TestB": Fail, "TestB/x": Fail})
+	ss, err := selectSuites("stdlib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := []target{{name: "postgres"}}
+	results := map[string]map[string]Run{"postgres": {
+		"plain":   {ss[0].pkgPath(): plain},
+		"guarded": {ss[0].pkgPath(): guarded},
+	}}
+	if got := strings.Join(unexpectedTests("stdlib", "postgres", plain, guarded), " "); got != "TestA TestB" {
+		t.Fatalf("unexpectedTests = %q, want the top-level tests TestA TestB", got)
+	}
+	rc := Rechecks{
+		{"postgres", "stdlib", "TestA"}: {Runs: 10, GuardedFails: 3, PlainFails: 0},
+		{"postgres", "stdlib", "TestB"}: {Runs: 10, GuardedFails: 1, PlainFails: 2},
+	}
+	var b strings.Builder
+	regressed := report(&b, "v5.0.0", ss, targets, results, nil, nil, rc, flags{})
+	out := b.String()
+	if got := strings.Join(regressed, "; "); got != "stdlib TestA via postgres" {
+		t.Errorf("regressed = %q, want only TestA:\n%s", got, out)
+	}
+	for _, want := range []string{
+		"stdlib  postgres  declared   2/0/0 [3/0/0]  0/2/0 [0/3/0]  1",
+		"not reproduced",
+		"stdlib TestB via postgres: on 10 reruns each: failed guarded 1, plain 2",
+		"[on 10 reruns each: failed guarded 3, plain 0]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRecheckSuite: the reruns alternate plain and guarded, n times each,
+// and tally every test's failures on each side.
+func TestRecheckSuite(t *testing.T) {
+	var order []string
+	calls := map[bool]int{}
+	side := func(guarded bool, fails func(i int) map[string]bool) sideRun {
+		return func(_ context.Context, _ suite, names []string) (map[string]bool, error) {
+			order = append(order, map[bool]string{false: "p", true: "g"}[guarded])
+			calls[guarded]++
+			return fails(calls[guarded]), nil
+		}
+	}
+	plainSide := side(false, func(i int) map[string]bool { return map[string]bool{"TestB": i == 2} })
+	guardedSide := side(true, func(i int) map[string]bool { return map[string]bool{"TestA": i <= 2, "TestB": false} })
+	got, err := recheckSuite(context.Background(), suite{}, []string{"TestA", "TestB"}, 3, plainSide, guardedSide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(order, "") != "pgpgpg" {
+		t.Errorf("order = %v, want plain and guarded alternately", order)
+	}
+	if a := got["TestA"]; a != (Recheck{Runs: 3, GuardedFails: 2}) || !a.Reproduced() {
+		t.Errorf("TestA = %+v, want 2 guarded failures of 3, reproduced", a)
+	}
+	if b := got["TestB"]; b != (Recheck{Runs: 3, PlainFails: 1}) || b.Reproduced() {
+		t.Errorf("TestB = %+v, want 1 plain failure of 3, not reproduced", b)
+	}
+	boom := errors.New("boom")
+	if _, err := recheckSuite(context.Background(), suite{}, []string{"TestA"}, 2, plainSide,
+		func(context.Context, suite, []string) (map[string]bool, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("a side's error = %v, want it returned", err)
+	}
+	p := result(map[string]Outcome{"TestA": Pass, "TestB": Skip})
+	if f := failedOf(p, []string{"TestA", "TestB", "TestC"}); f["TestA"] || !f["TestB"] || !f["TestC"] {
+		t.Errorf("failedOf = %v, want TestB (skipped) and TestC (did not run)", f)
+	}
+	if f := failedOf(nil, []string{"TestA"}); !f["TestA"] {
+		t.Error("failedOf(nil): a test of a package that did not run passed")
 	}
 }

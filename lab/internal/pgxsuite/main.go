@@ -6,7 +6,9 @@
 // expectedDifferences, each with its reason (tests of the hooks the guard
 // occupies, of a setting it refuses, and of scripted servers that do not
 // answer its detection); the tests that do not are printed, and the exit
-// status is 1 when there is any.
+// status is 1 when there is any. Such a test is first run again, -reruns
+// times on each side (recheck.go): it counts only when it fails guarded more
+// often than plain, as some of pgx's tests pass or fail by chance on both.
 //
 // The guarded stdlib and pgxpool suites declare the pool mode (direct,
 // session) unless -detect is given; the guarded pgx and pgconn suites never
@@ -21,7 +23,7 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./lab/internal/pgxsuite [-suites pgx,pgconn] [-run regexp] [-timeout 10m] [-out dir] [-keep]
+//	go run ./lab/internal/pgxsuite [-suites pgx,pgconn] [-run regexp] [-reruns 10] [-timeout 10m] [-out dir] [-keep]
 package main
 
 import (
@@ -57,6 +59,15 @@ type target struct {
 	addr     string // host:port of the PgBouncer admin is for
 }
 
+// env is the environment of a run of the plain or the guarded copy on tg.
+func (tg target) env(base []string, guarded, undeclared bool) []string {
+	env := append(append([]string(nil), base...), "PGX_TEST_DATABASE="+tg.dsn)
+	if guarded {
+		env = append(env, tg.guardedEnv(undeclared)...)
+	}
+	return env
+}
+
 // guardedEnv is what the helper files read in a guarded run on tg: the pool
 // mode to declare, or (undeclared) the admin credentials for detection.
 func (tg target) guardedEnv(undeclared bool) []string {
@@ -79,6 +90,7 @@ type flags struct {
 	module     string
 	rev        string
 	suites     string
+	reruns     int
 }
 
 func main() {
@@ -91,6 +103,7 @@ func main() {
 	flag.BoolVar(&f.undeclared, "detect", false, "do not declare the pool mode to pgadvisory in the stdlib and pgxpool suites either; leave it to detection")
 	flag.StringVar(&f.suites, "suites", "", "comma-separated suites to run (default all: "+strings.Join(suiteNames(suites), ",")+")")
 	flag.StringVar(&f.module, "module", "", "directory of the pgadvisory module under test (default: the repository root)")
+	flag.IntVar(&f.reruns, "reruns", 10, "run each test that passes plain and not guarded this many times more on each side; it counts only if it fails guarded more often (0: every difference counts)")
 	flag.StringVar(&f.rev, "rev", "", "test this git revision of the repository (exported with git archive) instead of the working tree")
 	flag.Parse()
 
@@ -298,10 +311,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 			if err := resetDatabase(ctx, cluster, tg.dsn); err != nil {
 				return fail(err)
 			}
-			env := append(append([]string(nil), copyEnv...), "PGX_TEST_DATABASE="+tg.dsn)
+			env := tg.env(copyEnv, g.tree == guarded, g.undeclared)
 			label := g.tree.name
 			if g.tree == guarded {
-				env = append(env, tg.guardedEnv(g.undeclared)...)
 				label += map[bool]string{false: " (pool mode declared)", true: " (pool mode undeclared)"}[g.undeclared]
 			}
 			var raw io.Writer = io.Discard
@@ -360,13 +372,18 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 		}
 	}
 
-	regs := report(stdout, pgxVersion, suites, targets, results, unavailable, buildFailed, f)
+	rc, rerunNotes, err := recheckRegressions(ctx, cluster, targets, plain, guarded, guardedSuites, results, copyEnv, f, logf)
+	if err != nil {
+		return fail(err)
+	}
+	notes = append(notes, rerunNotes...)
 	if len(notes) > 0 {
-		fmt.Fprintln(stdout, "\nnotes:")
+		fmt.Fprintln(stdout, "\nnotes on the runs:")
 		for _, n := range notes {
 			fmt.Fprintln(stdout, "  "+n)
 		}
 	}
+	regressed := report(stdout, pgxVersion, suites, targets, results, unavailable, buildFailed, rc, f)
 	fmt.Fprintf(stdout, "\nelapsed: %v (%d targets × plain and guarded, go test -p %d)\n", time.Since(start).Round(time.Second), len(targets), parallelPackages)
 	switch {
 	case len(unavailable) > 0 || len(buildFailed) > 0:
@@ -379,12 +396,64 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) int {
 			}
 		}
 		return exitRegression
-	case regs > 0:
-		fmt.Fprintf(stdout, "FAIL: %d tests pass with plain pgx and not through pgadvisory (the allow-list apart)\n", regs)
+	case len(regressed) > 0:
+		fmt.Fprintf(stdout, "FAIL: %d tests pass with plain pgx and not through pgadvisory (the allow-list apart): %s\n", len(regressed), strings.Join(regressed, "; "))
 		return exitRegression
 	}
 	fmt.Fprintln(stdout, "ok: every test that passes with plain pgx passes through pgadvisory, the allow-list's expected differences apart")
 	return exitOK
+}
+
+// recheckRegressions runs again the tests of each target and suite that
+// passed plain and not guarded (the allow-list apart), f.reruns times on
+// each side, and returns the tallies with notes on PgBouncer restarts.
+func recheckRegressions(ctx context.Context, cluster *pgbouncer.Cluster, targets []target, plain, guarded *tree, suites []suite,
+	results map[string]map[string]Run, copyEnv []string, f flags, logf func(string, ...any)) (Rechecks, []string, error) {
+	rc := Rechecks{}
+	var notes []string
+	if f.reruns <= 0 {
+		return rc, nil, nil
+	}
+	for _, tg := range targets {
+		for _, s := range suites {
+			names := unexpectedTests(s.name, tg.name, results[tg.name][plain.name][s.pkgPath()], results[tg.name][guarded.name][s.pkgPath()])
+			if len(names) == 0 {
+				continue
+			}
+			logf("%s %s: %s passed plain and not guarded; running them %d times more on each side", tg.name, s.name, strings.Join(names, ", "), f.reruns)
+			if err := resetDatabase(ctx, cluster, tg.dsn); err != nil {
+				return nil, nil, err
+			}
+			side := func(t *tree, env []string) sideRun {
+				return func(ctx context.Context, s suite, names []string) (map[string]bool, error) {
+					if note, err := ensureUp(ctx, cluster, tg, logf); err != nil {
+						return nil, err
+					} else if note != "" {
+						notes = append(notes, fmt.Sprintf("%s, %s, %s: rerunning %s: %s", tg.name, t.name, s.name, strings.Join(names, ", "), note))
+					}
+					res, err := goTest(ctx, t, []suite{s}, env, io.Discard, "-count=1", "-timeout", f.timeout.String(), "-run", RunPattern(names))
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					if res == nil {
+						return nil, err
+					}
+					return failedOf(res[s.pkgPath()], names), nil
+				}
+			}
+			undeclared := s.undeclared || f.undeclared
+			got, err := recheckSuite(ctx, s, names, f.reruns,
+				side(plain, tg.env(copyEnv, false, undeclared)), side(guarded, tg.env(copyEnv, true, undeclared)))
+			if err != nil {
+				return nil, nil, err
+			}
+			for name, r := range got {
+				rc[recheckKey{tg.name, s.name, name}] = r
+				logf("%s %s %s: %s", tg.name, s.name, name, r)
+			}
+		}
+	}
+	return rc, notes, nil
 }
 
 func errSuffix(err error) string {

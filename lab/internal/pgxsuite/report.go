@@ -73,11 +73,13 @@ type section struct {
 	regs          []Regression
 }
 
-// report prints the table, the regressions and the expected differences,
-// and returns how many tests regressed (top-level tests, and subtests whose
-// parent did not), expected differences left out.
+// report prints the table, the expected differences, the regressions the
+// reruns did not reproduce and, last (the end of a CI log is what gets
+// read), the regressions; it returns the regressed top-level tests as
+// "suite TestX via target", expected differences and regressions not
+// reproduced (rc) left out.
 func report(w io.Writer, pgxVersion string, suites []suite, targets []target, results map[string]map[string]Run,
-	unavailable, buildFailed map[string]string, f flags) int {
+	unavailable, buildFailed map[string]string, rc Rechecks, f flags) []string {
 	fmt.Fprintf(w, "\npgx %s test suites: plain pgx vs through pgadvisory\n", pgxVersion)
 	fmt.Fprintln(w, "(pass/fail/skip of top-level tests [with subtests]; a regression passes plain and not guarded;")
 	fmt.Fprintln(w, " expected: a regression named in the allow-list below)")
@@ -85,7 +87,7 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "suite\ttarget\tpool mode\tplain\tguarded\tregressions\texpected")
 	var sections, allowedSections []section
-	total := 0
+	var regressed []string
 	for _, s := range suites {
 		mode := "declared"
 		if s.undeclared || f.undeclared {
@@ -97,7 +99,7 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 			if plain != nil && plain.BuildFailed != "" {
 				pc = "build failed"
 			}
-			gc, rc, ec := "", "-", "-"
+			gc, regCell, expCell := "", "-", "-"
 			switch {
 			case unavailable[s.name] != "":
 				gc = "not run"
@@ -107,9 +109,12 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 				guarded := results[tg.name]["guarded"][s.pkgPath()]
 				gc = formatCounts(Count(guarded))
 				regs, allowed := splitExpected(s.name, tg.name, Regressions(plain, guarded))
+				regs = reproduced(regs, s.name, tg.name, rc)
 				n := countTop(regs)
-				total += n
-				rc, ec = fmt.Sprint(n), fmt.Sprint(countTop(allowed))
+				for _, g := range groupRegressions(regs) {
+					regressed = append(regressed, fmt.Sprintf("%s %s via %s", s.name, g.Test, tg.name))
+				}
+				regCell, expCell = fmt.Sprint(n), fmt.Sprint(countTop(allowed))
 				if n > 0 {
 					sections = append(sections, section{s.name, tg.name, regs})
 				}
@@ -117,7 +122,7 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 					allowedSections = append(allowedSections, section{s.name, tg.name, allowed})
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.name, tg.name, mode, pc, gc, rc, ec)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.name, tg.name, mode, pc, gc, regCell, expCell)
 		}
 	}
 	tw.Flush()
@@ -130,10 +135,6 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 			fmt.Fprintf(w, "\n%s guarded: the adapted suite does not build:\n%s\n", s.name, indent(tail(out, 30), "    "))
 		}
 	}
-	for _, sec := range sections {
-		fmt.Fprintf(w, "\nregressions: %s via %s\n", sec.suite, sec.target)
-		printRegressions(w, sec.regs, f.verbose)
-	}
 	printAllowList(w, suites, allowedSections)
 	for _, it := range isolatedTests {
 		for _, s := range suites {
@@ -142,7 +143,26 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 			}
 		}
 	}
-	return total
+	writeRechecks(w, rc)
+	for _, sec := range sections {
+		fmt.Fprintf(w, "\nregressions: %s via %s\n", sec.suite, sec.target)
+		printRegressions(w, sec.regs, rc, sec, f.verbose)
+	}
+	return regressed
+}
+
+// reproduced drops from regs (sorted, of suite on target) the tests whose
+// reruns in rc did not reproduce the regression, subtests with their test.
+func reproduced(regs []Regression, suite, target string, rc Rechecks) []Regression {
+	var kept []Regression
+	for _, r := range regs {
+		top, _, _ := strings.Cut(r.Test, "/")
+		if c, ok := rc[recheckKey{target, suite, top}]; ok && !c.Reproduced() {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
 }
 
 // printAllowList prints expectedDifferences with their reasons, where each
@@ -229,12 +249,15 @@ func (g regressionGroup) reason() string {
 	return reason
 }
 
-func printRegressions(w io.Writer, regs []Regression, verbose bool) {
+func printRegressions(w io.Writer, regs []Regression, rc Rechecks, sec section, verbose bool) {
 	for _, g := range groupRegressions(regs) {
 		reason := g.reason()
 		line := fmt.Sprintf("  %-48s %-10s %s", g.Test, g.Guarded, reason)
 		if len(g.subs) > 0 {
 			line += fmt.Sprintf(" (+%d subtests)", len(g.subs))
+		}
+		if c, ok := rc[recheckKey{sec.target, sec.suite, g.Test}]; ok {
+			line += " [" + c.String() + "]"
 		}
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 		if verbose {
