@@ -321,6 +321,6 @@ func (c *guardConn) answerHeld(p *holdPlan, answer bool, notice []byte, out net.
 		// without a Parse is refused, as after a described stand-in.
 		c.unnamedHoldStandIn = true
 	}
-	c.answer(l.reply(answer, notice))
+	c.answerNoCopy(l.reply(answer, notice)) // a reply of its own
 	return true
 }

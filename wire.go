@@ -397,17 +397,20 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			c.unit.open = true
 			break
 		}
-		var repl []byte
+		var (
+			repl []byte
+			tx   lockscan.TxControl // of a BEGIN the guard may defer
+		)
 		switch {
 		case c.begin.aborted && t != 'X':
 			c.answerAborted(t, data[i:end])
 			repl = []byte{}
-		case t == 'Q' && i == 0 && end == len(data) && c.mayDeferBegin(data[5:end-1]):
+		case t == 'Q' && i == 0 && end == len(data) && c.mayDeferBegin(data[5:end-1], &tx):
 			// A BEGIN alone, as pgx's Begin sends it: answer it here and
 			// send it with the transaction's first statement.
 			c.begin.pending = beginText(data[5 : end-1])
 			c.predicted = 'T'
-			c.answer(encodeMessage('C', []byte(lockscan.Transaction(c.begin.pending).Tag()+"\x00")), encodeReady('T'))
+			c.answerNoCopy(txReply(tx.Tag(), 'T'))
 			repl = []byte{}
 		case c.begin.pending != "" && t == 'X':
 			c.begin.pending = ""
@@ -416,7 +419,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			tag := lockscan.Transaction(bytesView(data[5 : end-1])).Tag()
 			c.begin.pending = ""
 			c.predicted = c.txStatus
-			c.answer(encodeMessage('C', []byte(tag+"\x00")), encodeReady('I'))
+			c.answerNoCopy(txReply(tag, 'I'))
 			repl = []byte{}
 		default:
 			if c.begin.pending != "" {
@@ -882,7 +885,8 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 	return nil
 }
 
-// answer queues a reply the guard makes itself. c.mu held.
+// answer queues a reply the guard makes itself, the concatenation of
+// parts. c.mu held.
 func (c *guardConn) answer(parts ...[]byte) {
 	n := 0
 	for _, p := range parts {
@@ -892,7 +896,15 @@ func (c *guardConn) answer(parts ...[]byte) {
 	for _, p := range parts {
 		b = append(b, p...)
 	}
-	c.local = append(c.local, localReply{after: c.sent, b: b})
+	c.answerNoCopy(b)
+}
+
+// answerNoCopy queues reply as it is, without a copy. The caller never
+// writes to reply again; the read side only copies from it (and appends
+// to it at full capacity, which copies), so a reply encoded once may be
+// shared by every connection. c.mu held.
+func (c *guardConn) answerNoCopy(reply []byte) {
+	c.local = append(c.local, localReply{after: c.sent, b: reply[:len(reply):len(reply)]})
 	if c.inRead && !c.interrupted && c.local[0].after <= c.recv {
 		// A Read is blocked in the network: wake it up for this reply.
 		c.interrupted = true
@@ -901,6 +913,41 @@ func (c *guardConn) answer(parts ...[]byte) {
 }
 
 func encodeReady(status byte) []byte { return []byte{'Z', 0, 0, 0, 5, status} }
+
+// txReply returns the reply to a transaction-control statement the guard
+// answers itself: CommandComplete with tag, then ReadyForQuery with
+// status. The replies of a deferred BEGIN and of the COMMIT or ROLLBACK of
+// a transaction that ran nothing are encoded once and shared (see
+// answerNoCopy), so that answering them allocates nothing.
+func txReply(tag string, status byte) []byte {
+	for _, r := range sharedTxReplies {
+		if r.tag == tag && r.status == status {
+			return r.reply
+		}
+	}
+	return encodeTxReply(tag, status)
+}
+
+func encodeTxReply(tag string, status byte) []byte {
+	return append(encodeMessage('C', []byte(tag+"\x00")), encodeReady(status)...)
+}
+
+// sharedTxReplies are txReply's replies encoded once.
+var sharedTxReplies = func() []struct {
+	tag    string
+	status byte
+	reply  []byte
+} {
+	replies := []struct {
+		tag    string
+		status byte
+		reply  []byte
+	}{{"BEGIN", 'T', nil}, {"START TRANSACTION", 'T', nil}, {"COMMIT", 'I', nil}, {"ROLLBACK", 'I', nil}}
+	for i := range replies {
+		replies[i].reply = encodeTxReply(replies[i].tag, replies[i].status)
+	}
+	return replies
+}()
 
 // takeLocal removes and returns the local replies due now: a reply's own
 // bytes when one is due (nothing else refers to them once taken), else

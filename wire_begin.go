@@ -75,13 +75,14 @@ func (c *guardConn) ownSyncDue() uint64 {
 }
 
 // mayDeferBegin reports whether a lone Query with text q can be answered
-// here and sent with the transaction's first statement. c.mu held.
-func (c *guardConn) mayDeferBegin(q []byte) bool {
+// here and sent with the transaction's first statement; if so, *tx is its
+// transaction control. c.mu held.
+func (c *guardConn) mayDeferBegin(q []byte, tx *lockscan.TxControl) bool {
 	if !c.g.cfg.pipelineBegin || c.mode == poolmode.Statement || c.sent != c.recv || c.txStatus != 'I' ||
 		c.begin.pending != "" || c.begin.aborted || c.begin.flight.active || len(c.local) > 0 {
 		return false
 	}
-	tx := lockscan.Transaction(unsafe.String(unsafe.SliceData(q), len(q)))
+	*tx = lockscan.Transaction(unsafe.String(unsafe.SliceData(q), len(q)))
 	return tx.Opens() && tx.Lone
 }
 
@@ -153,7 +154,7 @@ func (c *guardConn) answerAborted(t byte, msg []byte) {
 		if len(msg) > 5 && lockscan.Transaction(bytesView(msg[5:len(msg)-1])).Ends() {
 			c.begin.aborted = false
 			c.unit = unitState{}
-			c.answer(encodeMessage('C', []byte("ROLLBACK\x00")), encodeReady('I'))
+			c.answerNoCopy(txReply("ROLLBACK", 'I'))
 			return
 		}
 		c.answer(abortedError(), encodeReady('E'))

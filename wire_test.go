@@ -966,6 +966,93 @@ func TestWireDeferredBeginLargeUnit(t *testing.T) {
 	}
 }
 
+// TestWireDeferredBeginAllocs: a transaction of one statement as pgx
+// writes it (Begin, the statement, Commit) costs the guard no allocation:
+// the BEGIN it answers, the BEGIN it sends in front of the statement and
+// drops the replies of, the COMMIT. Also an empty transaction, which the
+// guard answers whole. The client reads exactly what PostgreSQL would
+// have answered.
+func TestWireDeferredBeginAllocs(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opt  Option
+	}{{"direct", direct}, {"transaction", transaction}} {
+		t.Run(mode.name, func(t *testing.T) {
+			gc, sc := newSink(t, mode.opt, WithPipelineBegin(true), WithPreparedStatements(true))
+			begin := mustEnc(&pgproto3.Query{String: "begin"})
+			commit := mustEnc(&pgproto3.Query{String: "commit"})
+			beginAnswer := mustEnc(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+			commitAnswer := mustEnc(&pgproto3.CommandComplete{CommandTag: []byte("COMMIT")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+			stmtAnswer := mustEnc(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
+				&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+			serverStmt := append(mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+				&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}), stmtAnswer...)
+			unit := bytes.Clone(bindExecSync)
+			buf := make([]byte, 8192)
+			var got []byte
+			step := func(write, serverReply []byte, want int) error {
+				if serverReply != nil {
+					sc.reply, sc.off = serverReply, 0
+				}
+				if _, err := gc.Write(write); err != nil {
+					return err
+				}
+				got = got[:0]
+				for len(got) < want {
+					n, err := gc.Read(buf)
+					if err != nil {
+						return err
+					}
+					got = append(got, buf[:n]...)
+				}
+				return nil
+			}
+			var err error
+			check := func(what string, want []byte) {
+				if err == nil && !bytes.Equal(got, want) {
+					err = fmt.Errorf("%s: the client read %q, want %q", what, got, want)
+				}
+			}
+			transaction := func() {
+				for _, s := range []struct {
+					what          string
+					write, server []byte
+					want          []byte
+				}{
+					{"BEGIN", begin, nil, beginAnswer},
+					{"the statement", unit, serverStmt, stmtAnswer},
+					{"COMMIT", commit, commitAnswer, commitAnswer},
+					{"BEGIN of an empty transaction", begin, nil, beginAnswer},
+					{"its COMMIT", commit, nil, commitAnswer},
+				} {
+					if err == nil {
+						err = step(s.write, s.server, len(s.want))
+						check(s.what, s.want)
+					}
+				}
+			}
+			before := sc.received
+			transaction()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The server got the BEGIN in front of the statement, and the
+			// COMMIT: nothing of the empty transaction.
+			deferred := mustEnc(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+			if sent, want := sc.received-before, len(deferred)+len(unit)+len(commit); sent != want {
+				t.Fatalf("the server got %d bytes, want %d", sent, want)
+			}
+			allocs := testing.AllocsPerRun(200, transaction)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per transaction through the guard, want 0", allocs)
+			}
+		})
+	}
+}
+
 // TestWireDeferredBeginEmpty: BEGIN then COMMIT with nothing between is
 // answered by the guard; nothing reaches the server.
 func TestWireDeferredBeginEmpty(t *testing.T) {
