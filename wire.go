@@ -932,22 +932,20 @@ func encodeTxReply(tag string, status byte) []byte {
 	return append(encodeMessage('C', []byte(tag+"\x00")), encodeReady(status)...)
 }
 
-// sharedTxReplies are txReply's replies encoded once.
-var sharedTxReplies = func() []struct {
+// sharedTxReply is a txReply encoded once.
+type sharedTxReply struct {
 	tag    string
 	status byte
 	reply  []byte
-} {
-	replies := []struct {
-		tag    string
-		status byte
-		reply  []byte
-	}{{"BEGIN", 'T', nil}, {"START TRANSACTION", 'T', nil}, {"COMMIT", 'I', nil}, {"ROLLBACK", 'I', nil}}
-	for i := range replies {
-		replies[i].reply = encodeTxReply(replies[i].tag, replies[i].status)
-	}
-	return replies
-}()
+}
+
+// sharedTxReplies are the replies txReply shares.
+var sharedTxReplies = []sharedTxReply{
+	{"BEGIN", 'T', encodeTxReply("BEGIN", 'T')},
+	{"START TRANSACTION", 'T', encodeTxReply("START TRANSACTION", 'T')},
+	{"COMMIT", 'I', encodeTxReply("COMMIT", 'I')},
+	{"ROLLBACK", 'I', encodeTxReply("ROLLBACK", 'I')},
+}
 
 // takeLocal removes and returns the local replies due now: a reply's own
 // bytes when one is due (nothing else refers to them once taken), else

@@ -1013,7 +1013,7 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 					err = fmt.Errorf("%s: the client read %q, want %q", what, got, want)
 				}
 			}
-			transaction := func() {
+			runTransaction := func() {
 				for _, s := range []struct {
 					what          string
 					write, server []byte
@@ -1032,7 +1032,7 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 				}
 			}
 			before := sc.received
-			transaction()
+			runTransaction()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1042,7 +1042,7 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 			if sent, want := sc.received-before, len(deferred)+len(unit)+len(commit); sent != want {
 				t.Fatalf("the server got %d bytes, want %d", sent, want)
 			}
-			allocs := testing.AllocsPerRun(200, transaction)
+			allocs := testing.AllocsPerRun(200, runTransaction)
 			if err != nil {
 				t.Fatal(err)
 			}
