@@ -67,6 +67,7 @@ type benchOptions struct {
 	overhead                bool
 	paired                  bool
 	pairedDuration          time.Duration // measured time per cell and round of the interleaved runs
+	pairedBlocks            int           // blocks per round of the interleaved runs, each on fresh connections
 	out, svg, cpuprofile    string
 	readme                  string // file whose summary block the run rewrites
 	startedCluster          bool
@@ -97,7 +98,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
 	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the goals' pairs of several workers in turns of 250ms")
-	fs.DurationVar(&o.pairedDuration, "paired-duration", 0, "measured time per cell and round of the interleaved runs (default: half of -duration); more passes narrow their 95% intervals")
+	fs.DurationVar(&o.pairedDuration, "paired-duration", 0, "measured time per cell and round of the interleaved runs (default: half of -duration)")
+	fs.IntVar(&o.pairedBlocks, "paired-blocks", 4, "blocks per round of the interleaved runs, each on freshly opened connections after its own warm-up; their 95% intervals are over blocks (rounds × blocks of them, at least 4 for an interval)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.readme, "readme", "", "also rewrite the summary (locks/s, ratios, goals) between the lines "+summaryBegin+" and "+summaryEnd+" of this Markdown file")
 	fs.StringVar(&o.svg, "svg", "", "write an SVG chart of locks/s to this file")
@@ -156,6 +158,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Sprintf("-pool-size must be in 1..%d", pgbouncer.MaxWidePoolSize)}
 	case o.pairedDuration < 0:
 		return usageError{"-paired-duration must not be negative"}
+	case o.pairedBlocks < 1:
+		return usageError{"-paired-blocks must be at least 1"}
 	}
 	if o.pairedDuration == 0 {
 		o.pairedDuration = o.duration / 2
@@ -440,6 +444,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 			Slice:     slice,
 			Warmup:    o.warmup,
 			Rounds:    o.rounds,
+			Blocks:    o.pairedBlocks,
 			KeyBase:   benchKeyBase,
 			Progress:  stderr,
 		})

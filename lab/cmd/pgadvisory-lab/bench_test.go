@@ -38,6 +38,7 @@ func TestBenchUsage(t *testing.T) {
 		{"-pgbouncer-session-dsn", "postgres://x@127.0.0.1:6433/db"},
 		{"-pool-size", "8", "-dsn", "postgres://x@127.0.0.1/db", "-pgbouncer-dsn", "postgres://x@127.0.0.1:6432/db"},
 		{"-paired-duration", "-1s"},
+		{"-paired-blocks", "0"},
 		{"-readme", filepath.Join(t.TempDir(), "missing.md")},
 		{"-readme", writeTemp(t, "# no summary block\n")},
 	} {

@@ -51,9 +51,10 @@
 // top client layers).
 //
 // RunInterleaved measures cells again in alternating turns, so that each
-// pass of turns gives every cell the same moments of the machine; a
-// Result's Turns keep each turn, and PairedRatio turns the passes of two
-// cells into their ratio with a 95% confidence interval. A goal judged
+// pass of turns gives every cell the same moments of the machine, and
+// each block of passes runs on connections opened afresh; a Result's Turns
+// keep each turn, and PairedRatio turns the passes of two cells into their
+// ratio with a 95% confidence interval over blocks. A goal judged
 // on such a ratio is met or missed only when the whole interval lies on
 // one side of it (Verdict.Decide); otherwise that run cannot tell.
 package bench

@@ -100,6 +100,12 @@ type Config struct {
 	// slices of some milliseconds keep the variants warm and still let
 	// them see the same moments of the machine.
 	Slice time.Duration
+	// Blocks is how many parts RunInterleaved measures each round in, each
+	// on targets opened afresh and warmed up for Warmup (0 means 1). Passes
+	// on the same connections share what those connections drew (which
+	// server processes, on which cores), so only blocks are independent
+	// samples of it; PairedRatio's interval is over blocks.
+	Blocks int
 }
 
 // Result is the outcome of one variant under one workload, all rounds
@@ -163,11 +169,12 @@ func (r *Result) RoundTripsPerCycle() (float64, bool) {
 
 // Turn is what one variant did in its turn of one pass of an interleaved
 // run: the cycles it completed and the time they took (its own cycles' time
-// on one worker, the turn's wall time on several).
+// on one worker, the turn's wall time on several). Block is the part of
+// the round whose targets (connections, server processes) the turn ran on.
 type Turn struct {
-	Round, Pass int
-	Locks       int64
-	Elapsed     time.Duration
+	Round, Block, Pass int
+	Locks              int64
+	Elapsed            time.Duration
 }
 
 // Rate returns completed cycles per second.
@@ -207,8 +214,8 @@ func (c *Config) validate() error {
 	if c.Duration <= 0 {
 		return fmt.Errorf("bench: duration %v must be positive", c.Duration)
 	}
-	if c.Warmup < 0 || c.Rounds < 0 || c.CycleGrace < 0 {
-		return errors.New("bench: warm-up, rounds and grace must not be negative")
+	if c.Warmup < 0 || c.Rounds < 0 || c.CycleGrace < 0 || c.Blocks < 0 {
+		return errors.New("bench: warm-up, rounds, blocks and grace must not be negative")
 	}
 	for _, w := range c.Workloads {
 		if w.Workers < 1 || w.Keys < 1 {

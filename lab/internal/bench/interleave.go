@@ -16,9 +16,10 @@ import (
 // overhead on one statement.
 //
 // Duration is the measured time of a round for all variants together; each
-// round opens fresh targets, warms them up (alternating too) and runs passes
-// over all variants, each pass in a random order. CPU is not measured (the
-// variants share the process).
+// round is measured in Config.Blocks blocks of Duration/Blocks, and each
+// block opens fresh targets, warms them up (alternating too) and runs
+// passes over all variants, each pass in a random order. CPU is not
+// measured (the variants share the process).
 //
 // A workload of one worker runs on one goroutine, and a result's Elapsed is
 // the time spent in its own cycles, so Rate is the cycles per second one
@@ -26,7 +27,7 @@ import (
 // all of them on one variant's target for a turn of Config.Slice (which
 // must be set), waits for the cycles in flight, and hands the next turn to
 // another variant; a result's Elapsed is the wall time of its turns.
-// Every target is open for the whole round: the server needs a connection
+// Every target is open for the whole block: the server needs a connection
 // per worker for each variant.
 func RunInterleaved(ctx context.Context, c Config) ([]*Result, error) {
 	if err := c.validate(); err != nil {
@@ -65,9 +66,25 @@ func RunInterleaved(ctx context.Context, c Config) ([]*Result, error) {
 	return results, ctx.Err()
 }
 
-// interleaveRound opens every variant's target, warms them up and measures
-// one round, merging it into rs.
+// interleaveRound measures one round in c.Blocks blocks, merging it into
+// rs.
 func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs []*Result) {
+	blocks := max(c.Blocks, 1)
+	locks := make([]int64, len(rs))
+	elapsed := make([]time.Duration, len(rs))
+	for block := range blocks {
+		if ctx.Err() != nil {
+			break
+		}
+		interleaveBlock(ctx, c, w, round, block, c.Duration/time.Duration(blocks), rs, locks, elapsed)
+	}
+	addRound(rs, locks, elapsed)
+}
+
+// interleaveBlock opens every variant's target, warms them up and measures
+// them for d, adding each result's turns to rs and its cycles and time to
+// locks and elapsed.
+func interleaveBlock(ctx context.Context, c *Config, w Workload, round, block int, d time.Duration, rs []*Result, locks []int64, elapsed []time.Duration) {
 	targets := make([]Target, len(rs))
 	for i, r := range rs {
 		t, err := r.Variant.Open(ctx, w.Workers)
@@ -81,17 +98,17 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 		targets[i] = t
 		defer t.Close()
 	}
-	rng := rand.New(rand.NewPCG(uint64(round), uint64(w.Keys)))
+	// Every block draws its own turn orders and keys.
+	seed := uint64(round)<<16 | uint64(block)
+	rng := rand.New(rand.NewPCG(seed, uint64(w.Keys)))
 	if w.Workers > 1 {
-		interleaveWorkers(ctx, c, w, round, rs, targets, rng)
+		interleaveWorkers(ctx, c, w, seed, round, block, d, rs, targets, rng, locks, elapsed)
 		return
 	}
 	if c.Warmup > 0 {
 		alternate(ctx, c, w, targets, c.Warmup, rng, nil)
 	}
-	own := make([]time.Duration, len(rs))
-	locks := make([]int64, len(rs))
-	alternate(ctx, c, w, targets, c.Duration, rng, func(i, pass int, d time.Duration, err error) {
+	alternate(ctx, c, w, targets, d, rng, func(i, pass int, took time.Duration, err error) {
 		r := rs[i]
 		if err != nil {
 			r.Errors++
@@ -100,12 +117,11 @@ func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs [
 			}
 			return
 		}
-		own[i] += d
+		elapsed[i] += took
 		locks[i]++
-		r.Latency.Record(d)
-		r.addToTurn(round, pass, 1, d)
+		r.Latency.Record(took)
+		r.addToTurn(round, block, pass, 1, took)
 	})
-	addRound(rs, locks, own)
 }
 
 // addRound merges a round of locks in elapsed time into each result.
@@ -121,11 +137,11 @@ func addRound(rs []*Result, locks []int64, elapsed []time.Duration) {
 	}
 }
 
-// addToTurn adds locks completed in d to r's turn in pass of round,
-// starting that turn if it is not r's last.
-func (r *Result) addToTurn(round, pass int, locks int64, d time.Duration) {
-	if n := len(r.Turns); n == 0 || r.Turns[n-1].Round != round || r.Turns[n-1].Pass != pass {
-		r.Turns = append(r.Turns, Turn{Round: round, Pass: pass})
+// addToTurn adds locks completed in d to r's turn in pass of block of
+// round, starting that turn if it is not r's last.
+func (r *Result) addToTurn(round, block, pass int, locks int64, d time.Duration) {
+	if n := len(r.Turns); n == 0 || r.Turns[n-1].Round != round || r.Turns[n-1].Block != block || r.Turns[n-1].Pass != pass {
+		r.Turns = append(r.Turns, Turn{Round: round, Block: block, Pass: pass})
 	}
 	t := &r.Turns[len(r.Turns)-1]
 	t.Locks += locks
@@ -191,15 +207,14 @@ func allStopped(targets []Target, consecutive []int) bool {
 	return true
 }
 
-// interleaveWorkers is interleaveRound for a workload of several workers:
-// turns of all the workers on one target (see RunInterleaved).
-func interleaveWorkers(ctx context.Context, c *Config, w Workload, round int, rs []*Result, targets []Target, rng *rand.Rand) {
+// interleaveWorkers is interleaveBlock for a workload of several workers:
+// turns of all the workers on one target (see RunInterleaved). seed
+// varies the workers' keys from block to block.
+func interleaveWorkers(ctx context.Context, c *Config, w Workload, seed uint64, round, block int, d time.Duration, rs []*Result, targets []Target, rng *rand.Rand, locks []int64, elapsed []time.Duration) {
 	if c.Warmup > 0 {
-		alternateWorkers(ctx, c, w, round, targets, c.Warmup, rng, nil)
+		alternateWorkers(ctx, c, w, seed, targets, c.Warmup, rng, nil)
 	}
-	wall := make([]time.Duration, len(rs))
-	locks := make([]int64, len(rs))
-	alternateWorkers(ctx, c, w, round, targets, c.Duration, rng, func(i, pass int, stats []workerStats, d time.Duration) {
+	alternateWorkers(ctx, c, w, seed, targets, d, rng, func(i, pass int, stats []workerStats, took time.Duration) {
 		r := rs[i]
 		var turnLocks int64
 		for _, s := range stats {
@@ -210,11 +225,10 @@ func interleaveWorkers(ctx context.Context, c *Config, w Workload, round int, rs
 			}
 			r.Latency.Merge(s.hist)
 		}
-		wall[i] += d
+		elapsed[i] += took
 		locks[i] += turnLocks
-		r.addToTurn(round, pass, turnLocks, d)
+		r.addToTurn(round, block, pass, turnLocks, took)
 	})
-	addRound(rs, locks, wall)
 }
 
 // alternateWorkers runs turns of w.Workers workers (phase) on one target at
@@ -223,7 +237,7 @@ func interleaveWorkers(ctx context.Context, c *Config, w Workload, round int, rs
 // wall time to record (nil: warm-up, nothing recorded). A target that is nil or whose
 // turns completed no cycle, only errors, maxTurnFailures times in a row is
 // skipped.
-func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, targets []Target, d time.Duration, rng *rand.Rand, record func(i, pass int, stats []workerStats, d time.Duration)) {
+func alternateWorkers(ctx context.Context, c *Config, w Workload, seed uint64, targets []Target, d time.Duration, rng *rand.Rand, record func(i, pass int, stats []workerStats, d time.Duration)) {
 	n := len(targets)
 	failed := make([]int, n)
 	grace := c.CycleGrace
@@ -248,9 +262,8 @@ func alternateWorkers(ctx context.Context, c *Config, w Workload, round int, tar
 			continue
 		}
 		slice := min(c.Slice, time.Until(end))
-		seed := uint64(round)<<32 | uint64(turn)
 		start := time.Now()
-		stats := phase(ctx, targets[i], w, c.KeyBase, slice, grace, seed, newHist, "")
+		stats := phase(ctx, targets[i], w, c.KeyBase, slice, grace, seed<<32|uint64(turn), newHist, "")
 		took := time.Since(start)
 		var locks, errs int64
 		for _, s := range stats {

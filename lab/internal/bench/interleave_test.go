@@ -26,6 +26,7 @@ func TestRunInterleavedAlternates(t *testing.T) {
 		Variants:  []Variant{variantOf("a", PathDirect, a), variantOf("b", PathDirect, b)},
 		Duration:  20 * time.Millisecond,
 		Rounds:    rounds,
+		Blocks:    2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +38,8 @@ func TestRunInterleavedAlternates(t *testing.T) {
 	if ra.Locks == 0 || ra.Locks != a.calls.Load() || rb.Locks != b.calls.Load() {
 		t.Fatalf("locks a=%d (calls %d) b=%d (calls %d)", ra.Locks, a.calls.Load(), rb.Locks, b.calls.Load())
 	}
-	// Strict alternation: within a round the counts differ by at most one.
-	if d := ra.Locks - rb.Locks; d > rounds || d < -rounds {
+	// Strict alternation: within a block the counts differ by at most one.
+	if d := ra.Locks - rb.Locks; d > 2*rounds || d < -2*rounds {
 		t.Fatalf("a ran %d cycles, b %d: not alternated", ra.Locks, rb.Locks)
 	}
 	for _, r := range res {
@@ -50,8 +51,8 @@ func TestRunInterleavedAlternates(t *testing.T) {
 		}
 		checkTurns(t, r)
 	}
-	if iv, ok := PairedRatio(ra, rb); !ok || iv.Passes < minIntervalPasses {
-		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass", iv, ok)
+	if iv, ok := PairedRatio(ra, rb); !ok || iv.Blocks != 2*rounds {
+		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass in each block", iv, ok)
 	}
 }
 
@@ -66,13 +67,89 @@ func checkTurns(t *testing.T, r *Result) {
 		elapsed += turn.Elapsed
 		if i > 0 {
 			prev := r.Turns[i-1]
-			if turn.Round < prev.Round || turn.Round == prev.Round && turn.Pass <= prev.Pass {
-				t.Fatalf("%s: turn %d (round %d, pass %d) after round %d, pass %d", r.Variant.ID, i, turn.Round, turn.Pass, prev.Round, prev.Pass)
+			if !turnAfter(turn, prev) {
+				t.Fatalf("%s: turn %d (round %d, block %d, pass %d) after round %d, block %d, pass %d",
+					r.Variant.ID, i, turn.Round, turn.Block, turn.Pass, prev.Round, prev.Block, prev.Pass)
 			}
 		}
 	}
 	if len(r.Turns) == 0 || locks != r.Locks || elapsed != r.Elapsed {
 		t.Fatalf("%s: %d turns of %d locks in %v; the result has %d in %v", r.Variant.ID, len(r.Turns), locks, elapsed, r.Locks, r.Elapsed)
+	}
+}
+
+// turnAfter reports whether t comes after prev: a later round, a later
+// block of the same round, or a later pass of the same block.
+func turnAfter(t, prev Turn) bool {
+	switch {
+	case t.Round != prev.Round:
+		return t.Round > prev.Round
+	case t.Block != prev.Block:
+		return t.Block > prev.Block
+	}
+	return t.Pass > prev.Pass
+}
+
+// opener counts the targets a variant opens and closes.
+type opener struct {
+	counter
+	opens, closes atomic.Int64
+}
+
+func (o *opener) variant(id string) Variant {
+	return Variant{ID: id, Name: "fake " + id, Path: PathDirect, Open: func(context.Context, int) (Target, error) {
+		o.opens.Add(1)
+		return closeCounter{o}, nil
+	}}
+}
+
+type closeCounter struct{ o *opener }
+
+func (c closeCounter) Cycle(ctx context.Context, key int64) (time.Duration, error) {
+	return c.o.Cycle(ctx, key)
+}
+func (c closeCounter) Close() error { c.o.closes.Add(1); return nil }
+
+// TestRunInterleavedBlocks: every block of every round runs on targets of
+// its own, closed when the block ends, and its turns say which block they
+// ran in, so that PairedRatio samples blocks.
+func TestRunInterleavedBlocks(t *testing.T) {
+	for _, workers := range []int{1, 3} {
+		a, b := &opener{}, &opener{}
+		const rounds, blocks = 2, 3
+		res, err := RunInterleaved(context.Background(), Config{
+			Workloads: []Workload{{Name: "w", Workers: workers, Keys: 5}},
+			Variants:  []Variant{a.variant("a"), b.variant("b")},
+			Duration:  60 * time.Millisecond,
+			Slice:     2 * time.Millisecond,
+			Warmup:    time.Millisecond,
+			Rounds:    rounds,
+			Blocks:    blocks,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []*opener{a, b} {
+			if o.opens.Load() != rounds*blocks || o.closes.Load() != rounds*blocks {
+				t.Fatalf("%d workers: %d targets opened, %d closed; want one per block (%d)", workers, o.opens.Load(), o.closes.Load(), rounds*blocks)
+			}
+		}
+		for _, r := range res {
+			checkTurns(t, r)
+			seen := map[[2]int]bool{}
+			for _, turn := range r.Turns {
+				if turn.Block < 0 || turn.Block >= blocks {
+					t.Fatalf("%d workers: %s: a turn in block %d of %d", workers, r.Variant.ID, turn.Block, blocks)
+				}
+				seen[[2]int{turn.Round, turn.Block}] = true
+			}
+			if len(seen) != rounds*blocks || len(r.Rates) != rounds {
+				t.Fatalf("%d workers: %s: turns in %d blocks, %d round rates; want %d and %d", workers, r.Variant.ID, len(seen), len(r.Rates), rounds*blocks, rounds)
+			}
+		}
+		if iv, ok := PairedRatio(res[0], res[1]); !ok || iv.Blocks != rounds*blocks {
+			t.Fatalf("%d workers: PairedRatio = %+v, %v; want an interval over %d blocks", workers, iv, ok, rounds*blocks)
+		}
 	}
 }
 
@@ -173,6 +250,7 @@ func TestRunInterleavedWorkers(t *testing.T) {
 		Slice:     5 * time.Millisecond,
 		Warmup:    10 * time.Millisecond,
 		Rounds:    rounds,
+		Blocks:    2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +273,8 @@ func TestRunInterleavedWorkers(t *testing.T) {
 		}
 		checkTurns(t, r)
 	}
-	if iv, ok := PairedRatio(res[0], res[1]); !ok || iv.Passes < minIntervalPasses {
-		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass", iv, ok)
+	if iv, ok := PairedRatio(res[0], res[1]); !ok || iv.Blocks != 2*rounds {
+		t.Fatalf("PairedRatio = %+v, %v: the variants' turns do not pair by pass in each block", iv, ok)
 	}
 }
 

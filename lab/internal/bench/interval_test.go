@@ -8,10 +8,11 @@ import (
 )
 
 // withTurns gives r one turn per rate (locks per second over one second),
-// pass by pass in round 0; a rate of 0 is a turn that completed nothing.
+// each in a block of its own in round 0; a rate of 0 is a turn that
+// completed nothing.
 func withTurns(r *Result, rates ...int64) *Result {
 	for i, rate := range rates {
-		r.Turns = append(r.Turns, Turn{Round: 0, Pass: i, Locks: rate, Elapsed: time.Second})
+		r.Turns = append(r.Turns, Turn{Round: 0, Block: i, Locks: rate, Elapsed: time.Second})
 	}
 	return r
 }
@@ -20,8 +21,8 @@ func TestPairedRatioConstant(t *testing.T) {
 	num := withTurns(fixed("w", "c", PathDirect, 0), 90, 180, 45, 90, 900)
 	den := withTurns(fixed("w", "e", PathDirect, 0), 100, 200, 50, 100, 1000)
 	iv, ok := PairedRatio(num, den)
-	if !ok || iv.Passes != 5 {
-		t.Fatalf("PairedRatio = %+v, %v; want 5 passes", iv, ok)
+	if !ok || iv.Blocks != 5 || iv.Passes != 5 {
+		t.Fatalf("PairedRatio = %+v, %v; want 5 blocks of one pass", iv, ok)
 	}
 	// The machine's speed in a pass divides out: every pass says 0.9.
 	for _, x := range []float64{iv.Mean, iv.Low, iv.High} {
@@ -32,14 +33,15 @@ func TestPairedRatioConstant(t *testing.T) {
 }
 
 func TestPairedRatioSpread(t *testing.T) {
-	// Log-ratios −0.1, +0.1, −0.1, +0.1: mean 0, sample deviation
-	// sqrt(0.04/3), and Student's t for 3 degrees of freedom at 0.975 is
-	// 3.182446 (any table), so the half-width is 3.182446·0.11547/2.
+	// Log-ratios −0.1, +0.1, −0.1, +0.1 in four blocks: mean 0, sample
+	// deviation sqrt(0.04/3), and Student's t for 3 degrees of freedom at
+	// 0.975 is 3.182446 (any table), so the half-width is
+	// 3.182446·0.11547/2.
 	e := math.Exp(0.1)
 	den := withTurns(fixed("w", "e", PathDirect, 0), 1000, 1000, 1000, 1000)
 	num := fixed("w", "g", PathDirect, 0)
 	for i, f := range []float64{1 / e, e, 1 / e, e} {
-		num.Turns = append(num.Turns, Turn{Pass: i, Locks: 1000, Elapsed: time.Duration(float64(time.Second) / f)})
+		num.Turns = append(num.Turns, Turn{Block: i, Locks: 1000, Elapsed: time.Duration(float64(time.Second) / f)})
 	}
 	iv, ok := PairedRatio(num, den)
 	if !ok {
@@ -54,18 +56,65 @@ func TestPairedRatioSpread(t *testing.T) {
 	}
 }
 
+// TestPairedRatioOverBlocks: passes that agree within each block do not
+// narrow the interval when the blocks disagree. Four blocks of five passes,
+// two blocks at 0.9 and two at 1.0 (each pass ±1% around its block's ratio,
+// cancelling within the block): the interval is Student's t(3) over the
+// four block means, as wide as from four single passes, and it holds both
+// 0.9 and 1.0, where an interval over the twenty passes would not.
+func TestPairedRatioOverBlocks(t *testing.T) {
+	num, den := fixed("w", "g", PathDirect, 0), fixed("w", "e", PathDirect, 0)
+	blockLogs := []float64{math.Log(0.9), 0, math.Log(0.9), 0}
+	jitter := []float64{-0.01, 0.01, 0, -0.01, 0.01}
+	for round := range 2 {
+		for block := range 2 {
+			b := blockLogs[round*2+block]
+			for pass, j := range jitter {
+				ratio := math.Exp(b + j)
+				den.Turns = append(den.Turns, Turn{Round: round, Block: block, Pass: pass, Locks: 1000, Elapsed: time.Second})
+				num.Turns = append(num.Turns, Turn{Round: round, Block: block, Pass: pass, Locks: 1000, Elapsed: time.Duration(float64(time.Second) / ratio)})
+			}
+		}
+	}
+	iv, ok := PairedRatio(num, den)
+	if !ok || iv.Blocks != 4 || iv.Passes != 20 {
+		t.Fatalf("PairedRatio = %+v, %v; want 4 blocks of 5 passes", iv, ok)
+	}
+	mean := (blockLogs[0] + blockLogs[1] + blockLogs[2] + blockLogs[3]) / 4
+	var ss float64
+	for _, b := range blockLogs {
+		ss += (b - mean) * (b - mean)
+	}
+	half := 3.182446 * math.Sqrt(ss/3) / 2
+	if math.Abs(iv.Mean-math.Exp(mean)) > 1e-9 || math.Abs(iv.Low-math.Exp(mean-half)) > 1e-5 || math.Abs(iv.High-math.Exp(mean+half)) > 1e-5 {
+		t.Fatalf("interval %v, want %.4f [%.4f–%.4f]", iv, math.Exp(mean), math.Exp(mean-half), math.Exp(mean+half))
+	}
+	if iv.Low > 0.9 || iv.High < 1.0 {
+		t.Fatalf("interval %v leaves out a ratio that two of the four blocks measured", iv)
+	}
+}
+
 func TestPairedRatioPairsOnlySharedPasses(t *testing.T) {
 	den := withTurns(fixed("w", "e", PathDirect, 0), 100, 100, 0, 100, 100, 100)
 	num := withTurns(fixed("w", "g", PathDirect, 0), 50, 50, 50, 50, 50)
-	num.Turns = append(num.Turns, Turn{Round: 1, Pass: 0, Locks: 1, Elapsed: time.Second}) // den had no turn there
+	num.Turns = append(num.Turns, Turn{Round: 1, Block: 0, Locks: 1, Elapsed: time.Second}) // den had no turn there
 	iv, ok := PairedRatio(num, den)
-	// Pass 2 (den completed nothing), den's pass 5 and num's round 1 have
-	// no partner: four passes are left, each 0.5.
-	if !ok || iv.Passes != 4 || math.Abs(iv.Mean-0.5) > 1e-12 {
-		t.Fatalf("PairedRatio = %+v, %v; want 0.5 over 4 passes", iv, ok)
+	// Block 2 (den completed nothing), den's block 5 and num's round 1 have
+	// no partner: four blocks are left, each 0.5.
+	if !ok || iv.Blocks != 4 || math.Abs(iv.Mean-0.5) > 1e-12 {
+		t.Fatalf("PairedRatio = %+v, %v; want 0.5 over 4 blocks", iv, ok)
 	}
 	if _, ok := PairedRatio(withTurns(fixed("w", "g", PathDirect, 0), 1, 1, 1), withTurns(fixed("w", "e", PathDirect, 0), 1, 1, 1)); ok {
-		t.Fatal("an interval from 3 passes")
+		t.Fatal("an interval from 3 blocks")
+	}
+	// Many passes in one block are still one sample.
+	one, other := fixed("w", "g", PathDirect, 0), fixed("w", "e", PathDirect, 0)
+	for pass := range 50 {
+		one.Turns = append(one.Turns, Turn{Pass: pass, Locks: 90, Elapsed: time.Second})
+		other.Turns = append(other.Turns, Turn{Pass: pass, Locks: 100, Elapsed: time.Second})
+	}
+	if iv, ok := PairedRatio(one, other); ok {
+		t.Fatalf("an interval %v from the 50 passes of one block", iv)
 	}
 	if _, ok := PairedRatio(nil, den); ok {
 		t.Fatal("an interval without a numerator")

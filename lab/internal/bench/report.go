@@ -34,7 +34,7 @@ type Verdict struct {
 	// (0.2: 20% short); 0 when met.
 	Shortfall float64
 	// Interval is Got's confidence interval from an interleaved run's
-	// paired passes (see PairedRatio); nil when there is none.
+	// paired passes, block by block (see PairedRatio); nil when there is none.
 	Interval *RatioInterval
 }
 
@@ -244,7 +244,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("### Goals\n\n")
 		if len(rep.Paired) > 0 {
 			p("The verdict is the main run's; interleaved is the same ratio from the two cells run again in alternating turns, with its own verdict. ")
-			p("In brackets, the 95%% confidence interval of the interleaved ratio over its passes (each pass gives both cells a turn at about the same moments); ")
+			p("In brackets, the 95%% confidence interval of the interleaved ratio over its blocks (each pass gives both cells a turn at about the same moments; each block runs its passes on connections opened afresh, so the interval also covers what the connections drew); ")
 			p("that verdict is decided only when the whole interval lies on one side of the goal.\n\n")
 		}
 		writeGoals(p, rep)
@@ -375,7 +375,7 @@ func writeRefs(p func(string, ...any), rep *Report) {
 	p("\nRound trips are counted, not timed: a counter under the guard on every network connection of the cell (holders included) counts each burst of client writes that the server answers.")
 	p(" Goroutines are the goroutines the bench process created during the cell's measured phases, per cycle: database/sql creates one for every transaction (sql.Tx), which wakes a thread at each BEGIN and COMMIT.")
 	if len(rep.Paired) > 0 {
-		p(" Interleaved is the ratio of the same two cells run again in alternating turns in a random order, so that both see the same moments of the machine: cycle by cycle on one worker each, or all of a workload's workers on one cell per turn; in brackets, its 95%% confidence interval over the passes of turns.")
+		p(" Interleaved is the ratio of the same two cells run again in alternating turns in a random order, so that both see the same moments of the machine: cycle by cycle on one worker each, or all of a workload's workers on one cell per turn; in brackets, its 95%% confidence interval over blocks of passes, each block on connections opened afresh.")
 	}
 	p("\n\n")
 }
@@ -390,7 +390,7 @@ func formatRate(n, d *Result) string {
 }
 
 // formatPaired renders the interleaved n's rate over d's, with its 95%
-// interval where the run had enough passes.
+// interval where the run had enough blocks.
 func formatPaired(n, d *Result) string {
 	s := formatRate(n, d)
 	if iv, ok := PairedRatio(n, d); ok {
@@ -413,7 +413,7 @@ func pairedOf(paired [][]*Result, n, d *Result) (*Result, *Result) {
 }
 
 // evaluatePaired is g's verdict in the first run of paired that measured
-// it, with the interval of its passes where there are enough.
+// it, with the interval of its blocks where there are enough.
 func evaluatePaired(g Goal, paired [][]*Result) Verdict {
 	for _, run := range paired {
 		if v := g.Evaluate(run); v.Measured {
