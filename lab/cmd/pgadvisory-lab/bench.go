@@ -867,10 +867,15 @@ func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd flo
 	if o.startedCluster {
 		servers = fmt.Sprintf("started by the test harness on 127.0.0.1 (fsync off); PgBouncer transaction mode, pool_size=%d", o.poolSize)
 	}
+	settings := fmt.Sprintf("%v per cell and round after %v warm-up, %d round(s); lock_timeout %v; hot set %d workers over %d keys; client pool = one connection per worker",
+		o.duration, o.warmup, o.rounds, o.lockTimeout, o.hotWorkers, o.hotKeys)
+	if o.paired {
+		settings += fmt.Sprintf("; interleaved: %v per cell and round, in %d block(s) per round, each on fresh connections after its own %v warm-up",
+			o.pairedDuration, o.pairedBlocks, o.warmup)
+	}
 	env = append(env,
 		[2]string{"servers", servers},
-		[2]string{"settings", fmt.Sprintf("%v per cell and round after %v warm-up, %d round(s); lock_timeout %v; hot set %d workers over %d keys; client pool = one connection per worker",
-			o.duration, o.warmup, o.rounds, o.lockTimeout, o.hotWorkers, o.hotKeys)},
+		[2]string{"settings", settings},
 		[2]string{"total measuring time", took.Round(time.Second).String()},
 	)
 	return env

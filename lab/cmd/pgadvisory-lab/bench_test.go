@@ -118,6 +118,7 @@ func TestBenchSmoke(t *testing.T) {
 		"### Ratios to reference (same run)", "| (g)/(e) ≥ 0.95, uncontended, pgbouncer |", "| (i) hold cycle in 2 round trips, uncontended |",
 		"| redis | (d) Redlock", "| direct | (pgadvisory) pgadvisory", "| pgbouncer | (pgx) pgx stdlib",
 		"### Goals", "- PostgreSQL: ", "pgbouncer cores",
+		"; interleaved: 50ms per cell and round, in 4 block(s) per round, each on fresh connections after its own 0s warm-up",
 		// Always profiled; -cpuprofile also keeps the file.
 		"### Client CPU by layer (µs per lock, CPU profile of the bench process)", "The whole profile is at `" + profPath + "`",
 	} {
