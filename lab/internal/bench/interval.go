@@ -16,8 +16,9 @@ import (
 // Each pass pairs two turns that saw about the same moments of the machine,
 // so what the machine did in that pass divides out of the ratio. What the
 // cells' connections drew when they were opened (which server processes,
-// on which cores) does not: it holds for every pass of a block, and moves
-// the ratio from block to block by more than the passes of one block vary.
+// on which cores) does not: it holds for every pass of a block, and can
+// move the ratio from block to block by more than the passes of one block
+// vary.
 // So a block, not a pass, is one sample, and the interval is over blocks:
 // it says how far the mean can be trusted beyond the connections this run
 // happened to open. A goal is decided only when its interval lies wholly
