@@ -70,21 +70,40 @@ func RunInterleaved(ctx context.Context, c Config) ([]*Result, error) {
 // rs.
 func interleaveRound(ctx context.Context, c *Config, w Workload, round int, rs []*Result) {
 	blocks := max(c.Blocks, 1)
-	locks := make([]int64, len(rs))
-	elapsed := make([]time.Duration, len(rs))
-	for block := range blocks {
+	b := block{round: round, d: c.Duration / time.Duration(blocks),
+		locks: make([]int64, len(rs)), elapsed: make([]time.Duration, len(rs))}
+	for b.index = range blocks {
 		if ctx.Err() != nil {
 			break
 		}
-		interleaveBlock(ctx, c, w, round, block, c.Duration/time.Duration(blocks), rs, locks, elapsed)
+		interleaveBlock(ctx, c, w, b, rs)
 	}
-	addRound(rs, locks, elapsed)
+	addRound(rs, b.locks, b.elapsed)
+}
+
+// block is one block of an interleaved round: where its turns go, how long
+// it measures, and the round's cycles and time per result, which it adds
+// to.
+type block struct {
+	round, index int
+	d            time.Duration
+	locks        []int64
+	elapsed      []time.Duration
+}
+
+// seed varies the block's turn orders and keys from block to block.
+func (b block) seed() uint64 { return uint64(b.round)<<16 | uint64(b.index) }
+
+// record adds a turn's cycles and time to result i of rs.
+func (b block) record(rs []*Result, i, pass int, locks int64, took time.Duration) {
+	b.locks[i] += locks
+	b.elapsed[i] += took
+	rs[i].addToTurn(b.round, b.index, pass, locks, took)
 }
 
 // interleaveBlock opens every variant's target, warms them up and measures
-// them for d, adding each result's turns to rs and its cycles and time to
-// locks and elapsed.
-func interleaveBlock(ctx context.Context, c *Config, w Workload, round, block int, d time.Duration, rs []*Result, locks []int64, elapsed []time.Duration) {
+// them for b.d, adding to rs and b.
+func interleaveBlock(ctx context.Context, c *Config, w Workload, b block, rs []*Result) {
 	targets := make([]Target, len(rs))
 	for i, r := range rs {
 		t, err := r.Variant.Open(ctx, w.Workers)
@@ -98,17 +117,15 @@ func interleaveBlock(ctx context.Context, c *Config, w Workload, round, block in
 		targets[i] = t
 		defer t.Close()
 	}
-	// Every block draws its own turn orders and keys.
-	seed := uint64(round)<<16 | uint64(block)
-	rng := rand.New(rand.NewPCG(seed, uint64(w.Keys)))
+	rng := rand.New(rand.NewPCG(b.seed(), uint64(w.Keys)))
 	if w.Workers > 1 {
-		interleaveWorkers(ctx, c, w, seed, round, block, d, rs, targets, rng, locks, elapsed)
+		interleaveWorkers(ctx, c, w, b, rs, targets, rng)
 		return
 	}
 	if c.Warmup > 0 {
 		alternate(ctx, c, w, targets, c.Warmup, rng, nil)
 	}
-	alternate(ctx, c, w, targets, d, rng, func(i, pass int, took time.Duration, err error) {
+	alternate(ctx, c, w, targets, b.d, rng, func(i, pass int, took time.Duration, err error) {
 		r := rs[i]
 		if err != nil {
 			r.Errors++
@@ -117,10 +134,8 @@ func interleaveBlock(ctx context.Context, c *Config, w Workload, round, block in
 			}
 			return
 		}
-		elapsed[i] += took
-		locks[i]++
 		r.Latency.Record(took)
-		r.addToTurn(round, block, pass, 1, took)
+		b.record(rs, i, pass, 1, took)
 	})
 }
 
@@ -208,13 +223,12 @@ func allStopped(targets []Target, consecutive []int) bool {
 }
 
 // interleaveWorkers is interleaveBlock for a workload of several workers:
-// turns of all the workers on one target (see RunInterleaved). seed
-// varies the workers' keys from block to block.
-func interleaveWorkers(ctx context.Context, c *Config, w Workload, seed uint64, round, block int, d time.Duration, rs []*Result, targets []Target, rng *rand.Rand, locks []int64, elapsed []time.Duration) {
+// turns of all the workers on one target (see RunInterleaved).
+func interleaveWorkers(ctx context.Context, c *Config, w Workload, b block, rs []*Result, targets []Target, rng *rand.Rand) {
 	if c.Warmup > 0 {
-		alternateWorkers(ctx, c, w, seed, targets, c.Warmup, rng, nil)
+		alternateWorkers(ctx, c, w, b.seed(), targets, c.Warmup, rng, nil)
 	}
-	alternateWorkers(ctx, c, w, seed, targets, d, rng, func(i, pass int, stats []workerStats, took time.Duration) {
+	alternateWorkers(ctx, c, w, b.seed(), targets, b.d, rng, func(i, pass int, stats []workerStats, took time.Duration) {
 		r := rs[i]
 		var turnLocks int64
 		for _, s := range stats {
@@ -225,9 +239,7 @@ func interleaveWorkers(ctx context.Context, c *Config, w Workload, seed uint64, 
 			}
 			r.Latency.Merge(s.hist)
 		}
-		elapsed[i] += took
-		locks[i] += turnLocks
-		r.addToTurn(round, block, pass, turnLocks, took)
+		b.record(rs, i, pass, turnLocks, took)
 	})
 }
 
