@@ -95,40 +95,23 @@ const (
 	pP                    // [xp]ath_table
 )
 
-// pairFirst and pairSecond hold, for each byte, the anchors whose rare pair
-// starts (ends) with it.
-var pairFirst, pairSecond = func() (f, s [256]uint16) {
-	set := func(t *[256]uint16, bit uint16, bytes string) {
-		for i := 0; i < len(bytes); i++ {
-			t[bytes[i]] |= bit
-		}
-	}
+// callPairs finds the anchors of MayContainCall.
+var callPairs = func() (f pairFilter) {
+	f = pairFilter{anchorAt: anchorAt}
 	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	set(&f, pV, "dD")
-	set(&s, pV, "vV")
-	set(&f, pX, "xX")
-	set(&s, pX, "eEmM")
-	set(&f, pD, "dD")
-	set(&s, pD, "bB")
-	set(&f, pG, "gG")
-	set(&s, pG, "uU")
-	set(&f, pU, "_")
-	set(&s, pU, "sS")
-	set(&f, pA, "uU\\")
-	set(&s, pA, "&")
-	set(&f, pB, "\\")
-	set(&s, pB, alnum)
-	set(&f, pN, " \t\n\r\f\v")
-	set(&s, pN, "'\\")
-	set(&f, pR, "wW")
-	set(&s, pR, "rR")
-	set(&f, pC, "sS")
-	set(&s, pC, "sS")
-	set(&f, pT, "tT")
-	set(&s, pT, "bB")
-	set(&f, pP, "xX")
-	set(&s, pP, "pP")
-	return f, s
+	f.pair(pV, "dD", "vV")
+	f.pair(pX, "xX", "eEmM")
+	f.pair(pD, "dD", "bB")
+	f.pair(pG, "gG", "uU")
+	f.pair(pU, "_", "sS")
+	f.pair(pA, "uU\\", "&")
+	f.pair(pB, "\\", alnum)
+	f.pair(pN, " \t\n\r\f\v", "'\\")
+	f.pair(pR, "wW", "rR")
+	f.pair(pC, "sS", "sS")
+	f.pair(pT, "tT", "bB")
+	f.pair(pP, "xX", "pP")
+	return
 }()
 
 // hasFold reports whether s[i:] starts with w (w lower-case ASCII),
@@ -242,35 +225,63 @@ func anchorAt(s string, j int, bits uint16) bool {
 		bits&pN != 0 && continuationMark(s, j+1)
 }
 
-// verify looks at the pairs starting at s[from:to] (to < len(s)).
-func verify(s string, from, to int) bool {
-	for j := from; j < to && j+1 < len(s); j++ {
-		if bits := pairFirst[s[j]] & pairSecond[s[j+1]]; bits != 0 && anchorAt(s, j, bits) {
-			return true
-		}
-	}
-	return false
-}
-
 // MayContainCall reports whether query may contain an advisory-lock call
 // or a dynamic-SQL construct (see Dynamic). It is sound: when it returns
 // false, Scan would find neither, so the parser can be skipped. It costs
 // about one substring search and never allocates.
-func MayContainCall(query string) bool {
+func MayContainCall(query string) bool { return callPairs.match(query) }
+
+// pairFilter finds anchors by a pair of adjacent bytes that each of them
+// contains: two 256-entry tables give, for the first and the second byte of
+// a pair, a bit per anchor, and anchorAt verifies the anchors whose bits
+// meet at a pair.
+type pairFilter struct {
+	first, second [256]uint16
+	// anchorAt reports whether an anchor of bits lies around the pair
+	// s[j:j+2].
+	anchorAt func(s string, j int, bits uint16) bool
+}
+
+// pair adds the anchor bit, whose pair is a byte of first followed by a
+// byte of second.
+func (f *pairFilter) pair(bit uint16, first, second string) {
+	for i := 0; i < len(first); i++ {
+		f.first[first[i]] |= bit
+	}
+	for i := 0; i < len(second); i++ {
+		f.second[second[i]] |= bit
+	}
+}
+
+// match reports whether query has an anchor. The main loop ANDs the tables
+// for eight adjacent pairs at a time, with no branch but one per block,
+// and verifies pair by pair only a block where some bits meet.
+func (f *pairFilter) match(query string) bool {
+	first, second := &f.first, &f.second
 	rest := query
 	for len(rest) >= 9 {
 		b := rest[:9]
-		if pairFirst[b[0]]&pairSecond[b[1]]|pairFirst[b[1]]&pairSecond[b[2]]|
-			pairFirst[b[2]]&pairSecond[b[3]]|pairFirst[b[3]]&pairSecond[b[4]]|
-			pairFirst[b[4]]&pairSecond[b[5]]|pairFirst[b[5]]&pairSecond[b[6]]|
-			pairFirst[b[6]]&pairSecond[b[7]]|pairFirst[b[7]]&pairSecond[b[8]] != 0 {
+		if first[b[0]]&second[b[1]]|first[b[1]]&second[b[2]]|
+			first[b[2]]&second[b[3]]|first[b[3]]&second[b[4]]|
+			first[b[4]]&second[b[5]]|first[b[5]]&second[b[6]]|
+			first[b[6]]&second[b[7]]|first[b[7]]&second[b[8]] != 0 {
 			off := len(query) - len(rest)
-			if verify(query, off, off+8) {
+			if f.verify(query, off, off+8) {
 				return true
 			}
 		}
 		rest = rest[8:]
 	}
 	off := len(query) - len(rest)
-	return verify(query, off, len(query)-1)
+	return f.verify(query, off, len(query)-1)
+}
+
+// verify looks at the pairs starting at s[from:to] (to < len(s)).
+func (f *pairFilter) verify(s string, from, to int) bool {
+	for j := from; j < to && j+1 < len(s); j++ {
+		if bits := f.first[s[j]] & f.second[s[j+1]]; bits != 0 && f.anchorAt(s, j, bits) {
+			return true
+		}
+	}
+	return false
 }

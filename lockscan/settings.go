@@ -196,49 +196,69 @@ func ChangesReadingSettings(query string) bool {
 // explains. The word "set" alone is not an anchor: UPDATE t SET ... is not
 // a change.
 func MayChangeSettings(query string) bool {
-	for i := 0; i+1 < len(query); i++ {
-		c := query[i] | 0x20
-		switch {
-		case c == 'c' && hasFold(query, i, "conforming"):
-			return true
-		case c == 'e' && hasFold(query, i, "encoding"):
-			return true
-		case c == 'b' && hasFold(query, i, "backslash"):
-			return true
-		case c == 't' && hasFold(query, i, "timeout"):
-			return true
-		case c == 's' && hasFold(query, i, "set") && setConfigAt(query, i+3):
-			return true
-		case c == 'r' && hasFold(query, i, "reset"):
-			return true
-		case c == 'd' && hasFold(query, i, "discard"):
-			return true
-		case c == 'n' && hasFold(query, i, "names"):
-			return true
-		case c == 'p' && hasFoldEsc(query, i, "pg_settings"):
-			return true
-		case query[i] == '\\' && isEscapeAnchor(query[i+1]):
-			return true
-		case (query[i] == 'u' || query[i] == 'U') && query[i+1] == '&':
-			return true
-		case (query[i] == '\'' || query[i] == '\\') && i > 0 && continuationMark(query, i):
-			return true
-		}
-	}
-	return false
+	return settingPairs.match(query)
 }
 
-// setConfigAt reports whether "_config" follows at s[i:] (backslashes
-// allowed before the underscore, as in an E” body).
-func setConfigAt(s string, i int) bool {
-	for i < len(s) && s[i] == '\\' {
-		i++
-	}
-	return hasFold(s, i, "_config")
+// Bits of the settings pair tables, one per pair; the comment names the
+// anchors that contain it, the pair in brackets.
+const (
+	sNF   uint16 = 1 << iota // co[nf]orming, set_co[nf]ig (backslashes allowed before the _)
+	sOD                      // enc[od]ing
+	sKS                      // bac[ks]lash
+	sEO                      // tim[eo]ut
+	sES                      // r[es]et, nam[es]
+	sSC                      // di[sc]ard
+	sTT                      // pg_se[tt]ings (backslashes allowed before the _)
+	sEsc                     // [\x] [\_] ...: an escape
+	sUA                      // [u&]
+	sCont                    // [ '] [\'] [\n'] ...: where a continued string may resume
+)
+
+// settingPairs finds the anchors of MayChangeSettings, like MayContainCall
+// by a pair of adjacent bytes that each contains.
+var settingPairs = func() (f pairFilter) {
+	f = pairFilter{anchorAt: settingAnchorAt}
+	f.pair(sNF, "nN", "fF")
+	f.pair(sOD, "oO", "dD")
+	f.pair(sKS, "kK", "sS")
+	f.pair(sEO, "eE", "oO")
+	f.pair(sES, "eE", "sS")
+	f.pair(sSC, "sS", "cC")
+	f.pair(sTT, "tT", "tT")
+	f.pair(sEsc, "\\", "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+	f.pair(sUA, "uU", "&")
+	// continuationMark: the byte before the quote is horizontal white
+	// space, a backslash or the line end itself.
+	f.pair(sCont, " \t\f\v\\\n\r", "'\\")
+	return
+}()
+
+// settingAnchorAt verifies the anchors of the pairs in bits, whose pair is
+// s[j:j+2].
+func settingAnchorAt(s string, j int, bits uint16) bool {
+	return bits&sNF != 0 && (hasFold(s, j-2, "conforming") || setConfigBefore(s, j-2)) ||
+		bits&sOD != 0 && hasFold(s, j-3, "encoding") ||
+		bits&sKS != 0 && hasFold(s, j-3, "backslash") ||
+		bits&sEO != 0 && hasFold(s, j-3, "timeout") ||
+		bits&sES != 0 && (hasFold(s, j-1, "reset") || hasFold(s, j-3, "names")) ||
+		bits&sSC != 0 && hasFold(s, j-2, "discard") ||
+		bits&sTT != 0 && hasFold(s, j-2, "settings") && endsFold(s, j-2, "pg_") ||
+		bits&(sEsc|sUA) != 0 ||
+		// Never the query's last byte: no string resumes there.
+		bits&sCont != 0 && j+2 < len(s) && continuationMark(s, j+1)
 }
 
-func isEscapeAnchor(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
+// setConfigBefore reports whether s[c:] starts with "config" preceded by
+// "set_", maybe with backslashes before the underscore (as in an E” body).
+func setConfigBefore(s string, c int) bool {
+	if !hasFold(s, c, "config") || c < 1 || s[c-1] != '_' {
+		return false
+	}
+	k := c - 2
+	for k >= 0 && s[k] == '\\' {
+		k--
+	}
+	return hasFold(s, k-2, "set")
 }
 
 // Warm prepares the parser so that the first statement that needs it does

@@ -107,41 +107,56 @@ func Transaction(query string) TxControl {
 	}
 	w, i := l.word(start)
 	var t TxControl
-	if len(w) < 3 || len(w) > 8 {
+	// Each length of word has one keyword (two of five letters, told
+	// apart by the first): most statements end here, after one comparison.
+	var kw string
+	switch len(w) {
+	case 3:
+		kw = "end"
+	case 5:
+		switch w[0] | 0x20 {
+		case 'a':
+			kw = "abort"
+		case 'b':
+			kw = "begin"
+		case 's':
+			kw = "start"
+		}
+	case 6:
+		kw = "commit"
+	case 7:
+		kw = "prepare"
+	case 8:
+		kw = "rollback"
+	}
+	if kw == "" || !strings.EqualFold(w, kw) {
 		return t
 	}
-	switch w[0] | 0x20 { // most statements end here
-	case 'a', 'b', 'c', 'e', 'p', 'r', 's':
-	default:
-		return t
-	}
-	switch {
-	case strings.EqualFold(w, "begin"):
+	switch kw {
+	case "begin":
 		t.Kind = TxBegin
 		i = l.optTransaction(i)
 		i = l.transactionModes(i)
-	case strings.EqualFold(w, "start"):
+	case "start":
 		w, i = l.word(i)
 		if !strings.EqualFold(w, "transaction") {
 			return TxControl{}
 		}
 		t.Kind, t.start = TxBegin, true
 		i = l.transactionModes(i)
-	case strings.EqualFold(w, "commit"), strings.EqualFold(w, "end"):
+	case "commit", "end":
 		t.Kind = TxCommit
-		i = l.ending(&t, i, strings.EqualFold(w, "commit"))
-	case strings.EqualFold(w, "rollback"), strings.EqualFold(w, "abort"):
+		i = l.ending(&t, i, kw == "commit")
+	case "rollback", "abort":
 		t.Kind = TxRollback
-		i = l.ending(&t, i, strings.EqualFold(w, "rollback"))
-	case strings.EqualFold(w, "prepare"):
+		i = l.ending(&t, i, kw == "rollback")
+	case "prepare":
 		w, i = l.word(i)
 		if !strings.EqualFold(w, "transaction") {
 			return TxControl{}
 		}
 		t.Kind = TxPrepare
 		i = plainString(query, l.skip(i))
-	default:
-		return t
 	}
 	if t.Kind == TxNone {
 		return TxControl{}
