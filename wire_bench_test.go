@@ -62,3 +62,40 @@ func BenchmarkGuardMessage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGuardLockCycle measures the guard's cost per transaction-level
+// lock cycle as pgx writes it (Begin, the lock statement of
+// advisory.WithTimeout, Commit) with no server: over a transport that
+// discards writes and replays the server's replies. Guarded, the BEGIN is
+// answered here and sent in front of the lock statement, whose replies the
+// guard drops; "plain" is the same cycle on the bare transport, each
+// statement answered by the "server".
+//
+//	go test -run '^$' -bench GuardLockCycle -benchmem -count 8 . | benchstat -col /driver -
+func BenchmarkGuardLockCycle(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opt  Option
+	}{{"direct", direct}, {"transaction", transaction}} {
+		for _, drv := range []string{"plain", "guard"} {
+			b.Run("mode="+mode.name+"/driver="+drv, func(b *testing.B) {
+				tr := &sinkTransaction{steps: lockCycleSteps(drv == "guard")}
+				if drv == "guard" {
+					tr.gc, tr.sc = newSink(b, mode.opt, WithPipelineBegin(true))
+				} else {
+					tr.sc = &sinkConn{}
+					tr.gc = tr.sc
+				}
+				if err := tr.run(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := tr.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -135,21 +135,22 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 	if !mayCall && !lockscan.MayChangeSettings(text) {
 		return nil
 	}
-	// The scanner's cache and the errors keep the text: copy it out of the
-	// message buffer (trackLockTimeout's scan has a copy).
-	if pre.done {
+	// The scanner's cache and the errors keep the text: from here on it is
+	// a copy, not the message buffer (trackLockTimeout's scan has one, and
+	// ScanView returns the cache's).
+	r, err := pre.r, pre.err
+	switch {
+	case pre.done:
 		text = pre.text
-	} else {
-		text = strings.Clone(text)
+	case c.settingsInFlux && mayCall:
+		text = strings.Clone(text) // not scanned: see below
+	default:
+		text, r, err = c.g.scanner.ScanView(text, c.reading)
 	}
 	if c.settingsInFlux && mayCall {
 		// A statement earlier in this unit may have changed how the server
 		// reads this one, and its ParameterStatus has not come yet.
-		return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), lockscan.Result{}, errSettingsChange)
-	}
-	r, err := pre.r, pre.err
-	if !pre.done {
-		r, err = c.g.scanner.ScanWith(text, c.reading)
+		return c.decideScan(t, name, text, paramTypes, bindBytes, lockscan.Result{}, errSettingsChange)
 	}
 	if err != nil && !mayCall {
 		// Nothing in the text can name a lock function; what the parser
@@ -170,19 +171,24 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 	if !mayCall && err == nil {
 		return nil
 	}
-	return c.decideScan(t, name, text, paramTypes, parseBind(bindBytes), r, err)
+	return c.decideScan(t, name, text, paramTypes, bindBytes, r, err)
 }
 
 // decideScan applies the policy to the scan of one statement text and
-// returns the bytes to send instead of its message, or nil. c.mu held.
-func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bind *bindMsg, r lockscan.Result, err error) []byte {
-	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic,
-		tookKey: func(call lockscan.Call) bool {
-			k, ok := argKey(text, call, bind)
+// returns the bytes to send instead of its message, or nil. bindBytes is
+// the Bind written right after a Parse, if any; it is decoded only for a
+// decision that needs the arguments. c.mu held.
+func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bindBytes []byte, r lockscan.Result, err error) []byte {
+	bind := lazyBind{raw: bindBytes}
+	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic}
+	if len(c.taken) > 0 { // else no unlock names a key taken here (nil says so)
+		in.tookKey = func(call lockscan.Call) bool {
+			k, ok := argKey(text, call, parseBind(bindBytes))
 			return ok && c.taken[k] > 0
-		}}
+		}
+	}
 	if err == nil && c.pooled() && (c.g.cfg.policy == PolicyHold || c.g.cfg.policy == PolicyRewrite && c.predicted == 'I') {
-		if p, describe, ok := c.planHold(t, name, text, paramTypes, bind, r); ok {
+		if p, describe, ok := c.planHold(t, name, text, paramTypes, bind.msg(), r); ok {
 			switch {
 			case p == nil:
 				return describe
@@ -197,7 +203,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 		}
 	}
 	if err == nil && c.pooled() && c.g.holdEnabled() {
-		if serr := c.selfConflict(text, r.Calls, lockscan.ScopeXact, bind, paramTypes); serr != nil {
+		if serr := c.selfConflict(text, r.Calls, lockscan.ScopeXact, bind.msg(), paramTypes); serr != nil {
 			return c.refuse(t, serr)
 		}
 	}
@@ -214,14 +220,14 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 			}
 		}
 	default:
-		d.err = c.selfConflict(text, d.rewrote, lockscan.ScopeSession, bind, paramTypes)
+		d.err = c.selfConflict(text, d.rewrote, lockscan.ScopeSession, bind.msg(), paramTypes)
 	}
 	for _, w := range d.warnings {
 		c.g.warn(w, c.mode, text)
 	}
 	if d.err == nil && !c.pooled() {
 		if c.g.released.n.Load() > 0 {
-			d.err = c.releasedUnlock(text, r.Calls, bind)
+			d.err = c.releasedUnlock(text, r.Calls, bind.msg())
 		}
 		if d.err == nil && t == 'P' && name != "" && hasUnlock(r.Calls) {
 			// Its Bind comes in a later unit (cache_statement): check the
@@ -233,7 +239,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 		return c.refuse(t, d.err)
 	}
 	if c.predicted != 'I' && c.g.holdEnabled() {
-		c.noteXact(text, r.Calls, bind, paramTypes)
+		c.noteXact(text, r.Calls, bind.msg(), paramTypes)
 	}
 	if d.sessionLock {
 		c.sessionLocked = true
@@ -249,7 +255,7 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 		return c.refuse(t, &SessionLockError{Func: d.rewrote[0].Func, Query: text, Position: d.rewrote[0].Start + 1, Mode: c.mode, Policy: c.g.cfg.policy, InTx: true, Twin: d.rewrote[0].XactTwin(), Assumed: c.assumed()})
 	}
 	for _, call := range d.rewrote {
-		k, ok := argKey(text, call, bind)
+		k, ok := argKey(text, call, bind.msg())
 		if !ok {
 			continue // its unlock will return false, as for a key never taken
 		}
@@ -319,6 +325,23 @@ type bindMsg struct {
 	// unit is the Bind and the messages written after it, for a held
 	// call answered here (hold_answer.go).
 	unit []byte
+}
+
+// lazyBind is the Bind written after a Parse, decoded on first use: most
+// statements are decided without their arguments.
+type lazyBind struct {
+	raw     []byte
+	decoded bool
+	m       *bindMsg
+}
+
+// msg returns the decoded Bind, or nil when there is none (or it does not
+// decode).
+func (b *lazyBind) msg() *bindMsg {
+	if !b.decoded {
+		b.m, b.decoded = parseBind(b.raw), true
+	}
+	return b.m
 }
 
 // parseBind decodes the Bind message at the start of b, or returns nil.

@@ -988,47 +988,17 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 			serverStmt := append(mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
 				&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}), stmtAnswer...)
 			unit := bytes.Clone(bindExecSync)
-			buf := make([]byte, 8192)
-			var got []byte
-			step := func(write, serverReply []byte, want int) error {
-				if serverReply != nil {
-					sc.reply, sc.off = serverReply, 0
-				}
-				if _, err := gc.Write(write); err != nil {
-					return err
-				}
-				got = got[:0]
-				for len(got) < want {
-					n, err := gc.Read(buf)
-					if err != nil {
-						return err
-					}
-					got = append(got, buf[:n]...)
-				}
-				return nil
-			}
+			tr := &sinkTransaction{gc: gc, sc: sc, steps: []sinkStep{
+				{"BEGIN", begin, nil, beginAnswer},
+				{"the statement", unit, serverStmt, stmtAnswer},
+				{"COMMIT", commit, commitAnswer, commitAnswer},
+				{"BEGIN of an empty transaction", begin, nil, beginAnswer},
+				{"its COMMIT", commit, nil, commitAnswer},
+			}}
 			var err error
-			check := func(what string, want []byte) {
-				if err == nil && !bytes.Equal(got, want) {
-					err = fmt.Errorf("%s: the client read %q, want %q", what, got, want)
-				}
-			}
 			runTransaction := func() {
-				for _, s := range []struct {
-					what          string
-					write, server []byte
-					want          []byte
-				}{
-					{"BEGIN", begin, nil, beginAnswer},
-					{"the statement", unit, serverStmt, stmtAnswer},
-					{"COMMIT", commit, commitAnswer, commitAnswer},
-					{"BEGIN of an empty transaction", begin, nil, beginAnswer},
-					{"its COMMIT", commit, nil, commitAnswer},
-				} {
-					if err == nil {
-						err = step(s.write, s.server, len(s.want))
-						check(s.what, s.want)
-					}
+				if err == nil {
+					err = tr.run()
 				}
 			}
 			before := sc.received
@@ -1048,6 +1018,122 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%v allocations per transaction through the guard, want 0", allocs)
+			}
+		})
+	}
+}
+
+// sinkStep is one exchange of a client with the server through the guard
+// over a sinkConn: what the client writes, what the server answers to what
+// reaches it (nil: the guard answers, the server gets nothing new) and what
+// the client must read.
+type sinkStep struct {
+	what          string
+	write, server []byte
+	want          []byte
+}
+
+// sinkTransaction runs its steps, in order, through gc over sc.
+type sinkTransaction struct {
+	gc       net.Conn
+	sc       *sinkConn
+	steps    []sinkStep
+	buf, got []byte
+}
+
+// run runs the steps and returns an error at the first step whose client
+// read other bytes than it wants. It allocates nothing once its buffers
+// have grown.
+func (tr *sinkTransaction) run() error {
+	if tr.buf == nil {
+		tr.buf = make([]byte, 8192)
+	}
+	for _, s := range tr.steps {
+		if s.server != nil {
+			tr.sc.reply, tr.sc.off = s.server, 0
+		}
+		if _, err := tr.gc.Write(s.write); err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+		tr.got = tr.got[:0]
+		for len(tr.got) < len(s.want) {
+			n, err := tr.gc.Read(tr.buf)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.what, err)
+			}
+			tr.got = append(tr.got, tr.buf[:n]...)
+		}
+		if !bytes.Equal(tr.got, s.want) {
+			return fmt.Errorf("%s: the client read %q, want %q", s.what, tr.got, s.want)
+		}
+	}
+	return nil
+}
+
+// lockCycleSteps is a transaction-level lock cycle as pgx writes it over a
+// pool from ParsePoolConfig (Begin, the lock statement of
+// advisory.WithTimeout with its arguments bound, Commit) and what the
+// server answers. Guarded, the guard answers the BEGIN and sends it in front
+// of the lock statement, and drops its replies.
+func lockCycleSteps(guarded bool) []sinkStep {
+	begin := mustEnc(&pgproto3.Query{String: "begin"})
+	commit := mustEnc(&pgproto3.Query{String: "commit"})
+	lock := mustEnc(&pgproto3.Parse{Query: "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)"},
+		&pgproto3.Bind{Parameters: [][]byte{[]byte("5000ms"), []byte("9471")}},
+		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	beginAnswer := mustEnc(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+	commitAnswer := mustEnc(&pgproto3.CommandComplete{CommandTag: []byte("COMMIT")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	lockAnswer := mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+		&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{
+			{Name: []byte("set_config"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1},
+			{Name: []byte("pg_advisory_xact_lock"), DataTypeOID: 2278, DataTypeSize: 4, TypeModifier: -1}}},
+		&pgproto3.DataRow{Values: [][]byte{[]byte("5000ms"), {}}},
+		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+	steps := []sinkStep{
+		{"BEGIN", begin, beginAnswer, beginAnswer},
+		{"the lock", lock, lockAnswer, lockAnswer},
+		{"COMMIT", commit, commitAnswer, commitAnswer},
+	}
+	if guarded {
+		steps[0].server = nil
+		steps[1].server = append(mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+			&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}), lockAnswer...)
+	}
+	return steps
+}
+
+// TestWireLockCycleAllocs: a transaction-level lock cycle costs the guard
+// no allocation once its statement is in the scanner's cache — the lock
+// statement's text is not copied again, its Bind is not decoded — in every
+// pool mode that allows it, and the client reads what PostgreSQL answers.
+func TestWireLockCycleAllocs(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opt  Option
+	}{{"direct", direct}, {"session", WithPoolMode(poolmode.Session)}, {"transaction", transaction}} {
+		t.Run(mode.name, func(t *testing.T) {
+			gc, sc := newSink(t, mode.opt, WithPipelineBegin(true))
+			tr := &sinkTransaction{gc: gc, sc: sc, steps: lockCycleSteps(true)}
+			before := sc.received
+			if err := tr.run(); err != nil {
+				t.Fatal(err)
+			}
+			// Sent: the BEGIN in front of the lock statement, the COMMIT.
+			deferred := mustEnc(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+			if sent, want := sc.received-before, len(deferred)+len(tr.steps[1].write)+len(tr.steps[2].write); sent != want {
+				t.Fatalf("the server got %d bytes, want %d", sent, want)
+			}
+			var err error
+			allocs := testing.AllocsPerRun(200, func() {
+				if err == nil {
+					err = tr.run()
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per lock cycle through the guard, want 0", allocs)
 			}
 		})
 	}

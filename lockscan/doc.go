@@ -147,7 +147,10 @@
 // name (and the few words of RESET ALL, DISCARD ALL, SET NAMES,
 // set_config, pg_settings) reaches the parser, and parse results are
 // kept in a bounded LRU cache keyed by query text and reading settings.
-// An ordinary query costs about as much as a substring search. Syntax
+// An ordinary query costs about as much as a substring search. A caller
+// that reads queries out of a buffer it reuses (a protocol message) scans
+// them with Scanner.ScanView, which copies a query only the first time it
+// sees it and otherwise hands back the cache's copy. Syntax
 // errors are therefore only reported for queries that pass the pre-filter;
 // a query that cannot contain a call is never parsed.
 //

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -327,10 +328,36 @@ func (s *Scanner) Scan(query string) (Result, error) {
 // changes are not reported then: the server reports them in
 // ParameterStatus). Results are cached per query and reading.
 func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
+	_, r, err := s.scan(query, set, false)
+	return r, err
+}
+
+// ScanView is ScanWith for a query that is a view of a buffer the caller
+// reuses (a protocol message read with unsafe.String, say): the scanner
+// keeps nothing of it. It returns, with the result, the query as a string
+// of its own, to keep instead of the view: the cache's copy when the query
+// was scanned before, so that a statement seen again costs no allocation,
+// else a new copy.
+func (s *Scanner) ScanView(query string, set Settings) (owned string, r Result, err error) {
+	return s.scan(query, set, true)
+}
+
+// ownCopy returns query, or with view a copy of it.
+func ownCopy(query string, view bool) string {
+	if view {
+		return strings.Clone(query)
+	}
+	return query
+}
+
+// scan is ScanWith; with view, query is copied before anything keeps it,
+// and the string returned is that copy or the cache's.
+func (s *Scanner) scan(query string, set Settings, view bool) (string, Result, error) {
+	own := func() string { return ownCopy(query, view) }
 	mayCall := MayContainCall(query)
 	if !mayCall && !MayChangeSettings(query) {
 		s.prefiltered.Add(1)
-		return Result{}, nil
+		return own(), Result{}, nil
 	}
 	rd, err := set.reading()
 	if err != nil {
@@ -338,10 +365,10 @@ func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
 			// Nothing the text can spell names a lock function; its
 			// setting changes are not read under such settings.
 			s.prefiltered.Add(1)
-			return Result{}, nil
+			return own(), Result{}, nil
 		}
 		s.errors.Add(1)
-		return Result{}, err
+		return own(), Result{}, err
 	}
 	key := cacheKey{query: query, rd: rd}
 	cache := s.size > 0 && len(query) <= MaxCachedQueryLen
@@ -355,11 +382,13 @@ func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
 			if e.err != nil {
 				s.errors.Add(1)
 			}
-			return e.res, e.err
+			return e.key.query, e.res, e.err
 		}
 		s.mu.Unlock()
 	}
 	s.misses.Add(1)
+	query = ownCopy(query, view)
+	key.query = query
 	res, err := scanQuery(query, rd)
 	if err != nil {
 		s.errors.Add(1)
@@ -379,7 +408,7 @@ func (s *Scanner) ScanWith(query string, set Settings) (Result, error) {
 		}
 		s.mu.Unlock()
 	}
-	return res, err
+	return query, res, err
 }
 
 // Stats returns the Scanner's counters.

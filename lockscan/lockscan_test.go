@@ -3,10 +3,12 @@ package lockscan
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 func TestSpansExact(t *testing.T) {
@@ -123,6 +125,76 @@ func TestScannerCacheAndStats(t *testing.T) {
 	}
 	if st := NewScanner(0); st.size != DefaultCacheSize {
 		t.Errorf("NewScanner(0) size = %d", st.size)
+	}
+}
+
+// TestScanView: ScanView reads a query from a buffer that is overwritten
+// afterwards; what it returns (the owned text, the result, an error) shares
+// nothing with the buffer, a query scanned before costs no allocation and
+// gets the cache's copy, and the answers are ScanWith's.
+func TestScanView(t *testing.T) {
+	s := NewScanner(8)
+	buf := make([]byte, 0, 128)
+	view := func(q string) string {
+		buf = append(buf[:0], q...)
+		return unsafe.String(unsafe.SliceData(buf), len(buf))
+	}
+	inBuf := func(str string) bool {
+		if len(str) == 0 {
+			return false
+		}
+		p, start := uintptr(unsafe.Pointer(unsafe.StringData(str))), uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+		return p >= start && p < start+uintptr(cap(buf))
+	}
+	for _, q := range []string{
+		"SELECT pg_advisory_xact_lock($1)",
+		"SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)",
+		"SET LOCAL lock_timeout = '5s'",
+		"SELECT pg_advisory_lock(42), set_config('lock_timeout', '1s', true)",
+		"SELECT 1",
+		"SELECT pg_advisory_lock(",
+	} {
+		wantR, wantErr := NewScanner(8).ScanWith(q, Settings{})
+		for round := range 2 { // a miss, then a hit
+			owned, r, err := s.ScanView(view(q), Settings{})
+			for i := range buf {
+				buf[i] = 'x' // the caller reuses its buffer
+			}
+			if owned != q || inBuf(owned) {
+				t.Fatalf("ScanView(%q), round %d: text %q (in the buffer: %v)", q, round, owned, inBuf(owned))
+			}
+			if !reflect.DeepEqual([]any{r.Calls, r.Dynamic, r.Settings, r.Deferred}, []any{wantR.Calls, wantR.Dynamic, wantR.Settings, wantR.Deferred}) ||
+				fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("ScanView(%q), round %d = %+v, %v; ScanWith gives %+v, %v", q, round, r, err, wantR, wantErr)
+			}
+			for _, c := range r.Calls {
+				if inBuf(c.Func) {
+					t.Fatalf("ScanView(%q): call name %q is in the buffer", q, c.Func)
+				}
+				for _, a := range c.Args {
+					if inBuf(a.Value) {
+						t.Fatalf("ScanView(%q): argument %q is in the buffer", q, a.Value)
+					}
+				}
+			}
+			for _, c := range r.Settings {
+				if inBuf(c.Value) {
+					t.Fatalf("ScanView(%q): setting value %q is in the buffer", q, c.Value)
+				}
+			}
+		}
+		if !MayContainCall(q) && !MayChangeSettings(q) {
+			continue // answered without the cache: the text is a new copy
+		}
+		v := view(q)
+		if n := testing.AllocsPerRun(100, func() { _, _, _ = s.ScanView(v, Settings{}) }); n != 0 {
+			t.Errorf("ScanView(%q) of a cached query: %v allocations, want 0", q, n)
+		}
+		first, _, _ := s.ScanView(v, Settings{})
+		again, _, _ := s.ScanView(v, Settings{})
+		if unsafe.StringData(first) != unsafe.StringData(again) {
+			t.Errorf("ScanView(%q): two hits return two copies, want the cache's", q)
+		}
 	}
 }
 
