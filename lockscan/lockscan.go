@@ -353,11 +353,10 @@ func ownCopy(query string, view bool) string {
 // scan is ScanWith; with view, query is copied before anything keeps it,
 // and the string returned is that copy or the cache's.
 func (s *Scanner) scan(query string, set Settings, view bool) (string, Result, error) {
-	own := func() string { return ownCopy(query, view) }
 	mayCall := MayContainCall(query)
 	if !mayCall && !MayChangeSettings(query) {
 		s.prefiltered.Add(1)
-		return own(), Result{}, nil
+		return ownCopy(query, view), Result{}, nil
 	}
 	rd, err := set.reading()
 	if err != nil {
@@ -365,10 +364,10 @@ func (s *Scanner) scan(query string, set Settings, view bool) (string, Result, e
 			// Nothing the text can spell names a lock function; its
 			// setting changes are not read under such settings.
 			s.prefiltered.Add(1)
-			return own(), Result{}, nil
+			return ownCopy(query, view), Result{}, nil
 		}
 		s.errors.Add(1)
-		return own(), Result{}, err
+		return ownCopy(query, view), Result{}, err
 	}
 	key := cacheKey{query: query, rd: rd}
 	cache := s.size > 0 && len(query) <= MaxCachedQueryLen
