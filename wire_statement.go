@@ -182,6 +182,8 @@ func (c *guardConn) decideScan(t byte, name, text string, paramTypes []byte, bin
 	bind := lazyBind{raw: bindBytes}
 	in := policyInput{mode: c.mode, assumed: c.assumed(), inTx: c.predicted != 'I', policy: c.g.cfg.policy, dynamic: c.g.cfg.dynamic}
 	if len(c.taken) > 0 { // else no unlock names a key taken here (nil says so)
+		// It decodes the Bind itself: capturing bind would put it on the
+		// heap for every statement, for an unlock rewrite that is rare.
 		in.tookKey = func(call lockscan.Call) bool {
 			k, ok := argKey(text, call, parseBind(bindBytes))
 			return ok && c.taken[k] > 0
