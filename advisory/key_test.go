@@ -110,6 +110,8 @@ func TestMillis(t *testing.T) {
 		want string
 	}{
 		{time.Nanosecond, "1ms"}, // never '0', which means "wait forever"
+		{0, "1ms"},
+		{-time.Second, "1ms"},
 		{999 * time.Microsecond, "1ms"},
 		{time.Millisecond, "1ms"},
 		{time.Millisecond + time.Nanosecond, "2ms"},
@@ -121,6 +123,11 @@ func TestMillis(t *testing.T) {
 		if got := millis(c.d); got != c.want {
 			t.Errorf("millis(%v) = %q, want %q", c.d, got, c.want)
 		}
+	}
+	// It runs on every lock with a wait limit: the string is its one
+	// allocation.
+	if n := testing.AllocsPerRun(100, func() { _ = millis(4999 * time.Millisecond) }); n != 1 {
+		t.Errorf("millis allocates %v times, want 1", n)
 	}
 }
 

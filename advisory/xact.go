@@ -98,11 +98,11 @@ func withXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin
 	if err := expired(ctx, key); err != nil {
 		return err
 	}
-	tx, bound, stop, err := beginWithin(ctx, begin, key, c)
+	tx, bound, err := beginWithin(ctx, begin, key, c)
 	if err != nil {
 		return err
 	}
-	defer stop() // after the rollback below: database/sql binds tx to its context
+	defer bound.release() // after the rollback below: database/sql binds tx to its context
 	done := false
 	defer func() {
 		if done {
@@ -163,6 +163,14 @@ func (b *waitBound) fire() { b.cancel(*b.cause.Load()) }
 // stop stops the timer and reports whether it had fired.
 func (b *waitBound) stop() (fired bool) { return !b.timer.Stop() }
 
+// release releases the bound's context, once the transaction begun under
+// it has ended. A nil bound (no WithTimeout) has nothing to release.
+func (b *waitBound) release() {
+	if b != nil {
+		b.cancel(nil)
+	}
+}
+
 // rearm bounds the next wait, of d, ended by *cause. The timer is stopped.
 func (b *waitBound) rearm(d time.Duration, cause *error) {
 	b.cause.Store(cause)
@@ -173,16 +181,16 @@ func (b *waitBound) rearm(d time.Duration, cause *error) {
 // WithTimeout (the context deadline bounds it too). The time spent is taken
 // from the lock's wait, so WithTimeout bounds both together. A wait that
 // ends is a *LockError matching ErrConnTimeout. Under WithTimeout it returns
-// the bound, stopped, that acquire re-arms for the lock statement; tx is
-// bound to its context. stop releases that context; call it once the
-// transaction has ended, since database/sql rolls back a transaction whose
-// context is canceled.
-func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (tx bridge.Tx, bound *waitBound, stop func(), err error) {
+// the bound, stopped, that acquire re-arms for the lock statement (nil
+// without WithTimeout); tx is bound to its context. Release the bound once
+// the transaction has ended, since database/sql rolls back a transaction
+// whose context is canceled.
+func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (tx bridge.Tx, bound *waitBound, err error) {
 	if !c.has(optTimeout) {
 		if tx, err = begin(ctx, c.txOpts); err != nil {
-			return nil, nil, nil, beginError(ctx, key, err, 0)
+			return nil, nil, beginError(ctx, key, err, 0)
 		}
-		return tx, nil, func() {}, nil
+		return tx, nil, nil
 	}
 	start := time.Now()
 	b := newWaitBound(ctx, c.timeout, &errWaitLimit)
@@ -193,16 +201,16 @@ func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (t
 			err = errWaitLimit
 		}
 		b.cancel(nil)
-		return nil, nil, nil, beginError(ctx, key, err, c.timeout)
+		return nil, nil, beginError(ctx, key, err, c.timeout)
 	}
 	if err != nil {
 		b.cancel(nil)
-		return nil, nil, nil, beginError(ctx, key, err, 0)
+		return nil, nil, beginError(ctx, key, err, 0)
 	}
 	// The lock may wait for what is left; lock_timeout never goes below
 	// 1ms (see millis), so a lock that is free is still granted.
 	c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
-	return tx, b, func() { b.cancel(nil) }, nil
+	return tx, b, nil
 }
 
 // beginError classifies a failed BEGIN: a wait for a connection that ran
@@ -422,14 +430,12 @@ func buildLock(key Key, session, shared, try bool, timeout, lease string, readOl
 func millis(d time.Duration) string {
 	// lock_timeout is an int4 of milliseconds; clamp before rounding up so
 	// that a huge duration cannot overflow into a tiny one.
-	if d > math.MaxInt32*time.Millisecond {
-		return strconv.FormatInt(math.MaxInt32, 10) + "ms"
+	ms := int64(math.MaxInt32)
+	if d <= math.MaxInt32*time.Millisecond {
+		ms = max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
-	if ms < 1 {
-		ms = 1
-	}
-	return strconv.FormatInt(int64(ms), 10) + "ms"
+	var buf [len("2147483647ms")]byte // one allocation: the string
+	return string(append(strconv.AppendInt(buf[:0], ms, 10), "ms"...))
 }
 
 // expired returns the lock error of a context that is canceled or past its
