@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -26,6 +27,10 @@ import (
 // (pgadvisory_pool_mode=direct, which keeps pgx's default exec mode);
 // exec=cache_describe chooses it in the DSN for both and lets the guard
 // detect the mode (direct) on each new connection.
+//
+// driver=paired runs one statement of each side in turn and reports the
+// ratio of their times (guard/plain): the machine's drift between the
+// sides' runs does not enter it.
 //
 //	go test -run '^$' -bench 'GuardOverhead|GuardMessage' -benchmem -count 8 . > /tmp/guard-bench.txt
 //	benchstat -col /driver /tmp/guard-bench.txt
@@ -58,21 +63,43 @@ func BenchmarkGuardOverhead(b *testing.B) {
 	for _, api := range []string{"pgxpool", "database-sql"} {
 		for _, ex := range execs {
 			for _, qu := range queries {
+				open := func(b *testing.B, drv string) querier {
+					dsn := withParams(b, c.DirectDSN(), ex.params...)
+					if drv == "guard" {
+						dsn = withParams(b, dsn, ex.guarded...)
+					}
+					q := openQuerier(b, api, drv, dsn)
+					qu.run(b.Context(), b, q, 1) // warm up: connection, statement cache
+					return q
+				}
+				name := "api=" + api + "/exec=" + ex.name + "/query=" + qu.name + "/driver="
 				for _, drv := range []string{"plain", "guard"} {
-					b.Run("api="+api+"/exec="+ex.name+"/query="+qu.name+"/driver="+drv, func(b *testing.B) {
-						dsn := withParams(b, c.DirectDSN(), ex.params...)
-						if drv == "guard" {
-							dsn = withParams(b, dsn, ex.guarded...)
-						}
-						q := openQuerier(b, api, drv, dsn)
+					b.Run(name+drv, func(b *testing.B) {
+						q := open(b, drv)
 						ctx := b.Context()
-						qu.run(ctx, b, q, 1) // warm up: connection, statement cache
 						b.ReportAllocs()
 						for i := 0; b.Loop(); i++ {
 							qu.run(ctx, b, q, i)
 						}
 					})
 				}
+				// Paired: one statement on each side in turn, so that the
+				// machine's drift (other load, frequency) falls on both
+				// alike; guard/plain is the ratio of their times.
+				b.Run(name+"paired", func(b *testing.B) {
+					plain, guard := open(b, "plain"), open(b, "guard")
+					ctx := b.Context()
+					var inPlain, inGuard time.Duration
+					for i := 0; b.Loop(); i++ {
+						t0 := time.Now()
+						qu.run(ctx, b, plain, i)
+						t1 := time.Now()
+						qu.run(ctx, b, guard, i)
+						inPlain += t1.Sub(t0)
+						inGuard += time.Since(t1)
+					}
+					b.ReportMetric(float64(inGuard)/float64(inPlain), "guard/plain")
+				})
 			}
 		}
 	}
