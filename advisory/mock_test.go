@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -390,5 +391,65 @@ func TestHoldersDecodesKeys(t *testing.T) {
 		WillReturnRows(sqlmock.NewRows(cols))
 	if h, err := advisory.Holders(context.Background(), db, advisory.PairKey(-3, 4)); err != nil || len(h) != 0 {
 		t.Fatalf("Holders = %v, %v", h, err)
+	}
+}
+
+// lateAnswerConn answers every Exec only after delay, even when the
+// statement's context is canceled meanwhile: an answer already on its way
+// when WithTimeout's bound fired.
+type lateAnswerConn struct {
+	mockConn
+	delay time.Duration
+}
+
+func (c lateAnswerConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	time.Sleep(c.delay)
+	return c.mockConn.ExecContext(context.WithoutCancel(ctx), query, args)
+}
+
+// A lock statement whose answer arrives only after WithTimeout's bound (what
+// is left of it plus a 500 ms margin) has fired is a timeout: the bound
+// canceled the context the transaction was begun with, so database/sql
+// rolls it back, and the callback must not run on it. (Real time, not a
+// synctest bubble: database/sql's rollback waits on a mutex, which a bubble
+// does not count as durably blocked. The answer comes a second after the
+// bound at the latest; nothing here is timed.)
+func TestWithXactLockAnswerAfterBound(t *testing.T) {
+	dsn := fmt.Sprintf("advisory-late-answer-%d", holdMockSeq.Add(1))
+	mockDB, mock, err := sqlmock.NewWithDSN(dsn, sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mockDB.Close()
+	db := sql.OpenDB(wrappingConnector{drv: mockDB.Driver(), dsn: dsn,
+		wrap: func(mc mockConn) driver.Conn { return lateAnswerConn{mockConn: mc, delay: 1500 * time.Millisecond} }})
+	defer db.Close()
+
+	mock.ExpectBegin()
+	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+		WithArgs("1ms", int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectRollback()
+
+	ran := false
+	err = advisory.WithXactLock(t.Context(), db, advisory.IntKey(7), func(context.Context, *sql.Tx) error {
+		ran = true
+		return nil
+	}, advisory.WithTimeout(time.Millisecond))
+	if ran {
+		t.Error("the callback ran on a transaction whose context WithTimeout's bound canceled")
+	}
+	if !errors.Is(err, advisory.ErrConnTimeout) {
+		t.Errorf("err %v, want ErrConnTimeout", err)
+	}
+	// database/sql rolls the transaction back from its own goroutine, which
+	// may finish after WithXactLock has returned.
+	for wait := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		err := mock.ExpectationsWereMet()
+		if err == nil {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("a minute after the call: %v", err)
+		}
 	}
 }

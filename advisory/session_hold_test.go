@@ -45,13 +45,15 @@ var (
 	_ advisory.SessionLockHolder = holdingConn{}
 )
 
-type holdingConnector struct {
-	drv   driver.Driver
-	dsn   string
-	holds bool
+// wrappingConnector opens sqlmock connections (of the mock registered as
+// dsn) and hands them out wrapped.
+type wrappingConnector struct {
+	drv  driver.Driver
+	dsn  string
+	wrap func(mockConn) driver.Conn
 }
 
-func (c holdingConnector) Connect(context.Context) (driver.Conn, error) {
+func (c wrappingConnector) Connect(context.Context) (driver.Conn, error) {
 	dc, err := c.drv.Open(c.dsn)
 	if err != nil {
 		return nil, err
@@ -60,10 +62,10 @@ func (c holdingConnector) Connect(context.Context) (driver.Conn, error) {
 	if !ok {
 		return nil, fmt.Errorf("sqlmock connection %T lacks a context method", dc)
 	}
-	return holdingConn{mockConn: mc, holds: c.holds}, nil
+	return c.wrap(mc), nil
 }
 
-func (c holdingConnector) Driver() driver.Driver { return c.drv }
+func (c wrappingConnector) Driver() driver.Driver { return c.drv }
 
 var holdMockSeq atomic.Int64
 
@@ -76,7 +78,8 @@ func newHoldMock(t *testing.T, holds bool) (*sql.DB, sqlmock.Sqlmock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(holdingConnector{drv: mockDB.Driver(), dsn: dsn, holds: holds})
+	db := sql.OpenDB(wrappingConnector{drv: mockDB.Driver(), dsn: dsn,
+		wrap: func(mc mockConn) driver.Conn { return holdingConn{mockConn: mc, holds: holds} }})
 	t.Cleanup(func() {
 		if err := mock.ExpectationsWereMet(); err != nil {
 			t.Error(err)

@@ -497,21 +497,32 @@ func acquireWithin(ctx context.Context, q bridge.Stmts, key Key, c *config, sess
 	if limit < c.timeout { // WithTimeout(math.MaxInt64): wait as long as it says
 		limit = c.timeout
 	}
-	if bound == nil {
+	txBound := bound != nil // the transaction was begun under bound.ctx
+	if !txBound {
 		bound = newWaitBound(ctx, limit, &errNoAnswer)
 		defer bound.cancel(nil)
 	} else {
 		bound.rearm(limit, &errNoAnswer)
 	}
 	ok, err := acquireOnce(bound.ctx, q, key, c, session)
-	if fired := bound.stop(); err != nil && fired {
+	// A bound that fired has canceled its context. If the transaction was
+	// begun under it, database/sql rolls the transaction back, even when the
+	// answer (a granted lock) arrived just as the bound fired: that is a
+	// timeout too, reported before the callback could run on a dead
+	// transaction.
+	if fired := bound.stop(); fired && (err != nil || txBound) {
+		bounds := fmt.Sprintf("%v (what WithTimeout(%v) left) + %v", c.timeout.Round(time.Millisecond), c.given, answerMargin)
+		if err == nil {
+			return false, &LockError{Op: "lock", Key: key, Kind: ErrConnTimeout,
+				Err: fmt.Errorf("the answer came only after %s had passed, so the transaction is rolled back "+
+					"(a statement answered that late most likely sat in a pooler's queue for a server connection)", bounds)}
+		}
 		if le := (*LockError)(nil); errors.As(err, &le) && le.Err != nil {
 			err = le.Err // the driver's error, without the key a second time
 		}
 		return false, &LockError{Op: "lock", Key: key, Kind: ErrConnTimeout,
-			Err: fmt.Errorf("no answer within %v (what WithTimeout(%v) left) + %v, so the statement never reached the server "+
-				"(queued in a pooler for a server connection, or the server is unreachable): %w",
-				c.timeout.Round(time.Millisecond), c.given, answerMargin, err)}
+			Err: fmt.Errorf("no answer within %s, so the statement never reached the server "+
+				"(queued in a pooler for a server connection, or the server is unreachable): %w", bounds, err)}
 	}
 	return ok, err
 }
