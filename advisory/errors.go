@@ -31,11 +31,13 @@ var (
 	// client's pool nor a server connection of a pooler such as PgBouncer
 	// (which hands one out when the transaction's first statement
 	// arrives). It is also the error of a lock statement that got no
-	// answer within WithTimeout and a margin: the server, which ends lock
-	// waits itself at lock_timeout, never received it (it sat in a pooler's
-	// queue, or the server is unreachable). The lock was never asked for,
-	// so this says nothing about who holds it; it says the pool is
-	// exhausted or the server out of reach.
+	// answer within WithTimeout and a margin of 500 ms: the server, which
+	// ends lock waits itself at lock_timeout, never received it (it sat in
+	// a pooler's queue, or the server is unreachable). WithXactLock returns
+	// it too when the answer arrives only as that bound passes, and rolls
+	// the transaction back instead of running fn. No lock is held when it
+	// is returned, and it says nothing about who holds the lock; it says
+	// the pool is exhausted or the server out of reach.
 	ErrConnTimeout = errors.New("advisory: timed out waiting for a connection")
 
 	// ErrNotAcquired means a lock taken with NoWait was held by someone
