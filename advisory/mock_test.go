@@ -413,7 +413,7 @@ func (c lateAnswerConn) ExecContext(ctx context.Context, query string, args []dr
 // rolls it back, and the callback must not run on it. (Real time, not a
 // synctest bubble: database/sql's rollback waits on a mutex, which a bubble
 // does not count as durably blocked. The answer comes a second after the
-// bound at the latest; nothing here is timed.)
+// bound; nothing here is timed.)
 func TestWithXactLockAnswerAfterBound(t *testing.T) {
 	dsn := fmt.Sprintf("advisory-late-answer-%d", holdMockSeq.Add(1))
 	mockDB, mock, err := sqlmock.NewWithDSN(dsn, sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
@@ -422,24 +422,29 @@ func TestWithXactLockAnswerAfterBound(t *testing.T) {
 	}
 	defer mockDB.Close()
 	db := sql.OpenDB(wrappingConnector{drv: mockDB.Driver(), dsn: dsn,
-		wrap: func(mc mockConn) driver.Conn { return lateAnswerConn{mockConn: mc, delay: 1500 * time.Millisecond} }})
+		wrap: func(mc mockConn) driver.Conn { return lateAnswerConn{mockConn: mc, delay: 2500 * time.Millisecond} }})
 	defer db.Close()
+	// Open the connection first: WithTimeout bounds the wait for one, and
+	// the bound under test is the one after BEGIN.
+	if err := db.PingContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 
 	mock.ExpectBegin()
 	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-		WithArgs("1ms", int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+		WithArgs(sqlmock.AnyArg(), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
 	mock.ExpectRollback()
 
 	ran := false
 	err = advisory.WithXactLock(t.Context(), db, advisory.IntKey(7), func(context.Context, *sql.Tx) error {
 		ran = true
 		return nil
-	}, advisory.WithTimeout(time.Millisecond))
+	}, advisory.WithTimeout(time.Second))
 	if ran {
 		t.Error("the callback ran on a transaction whose context WithTimeout's bound canceled")
 	}
-	if !errors.Is(err, advisory.ErrConnTimeout) {
-		t.Errorf("err %v, want ErrConnTimeout", err)
+	if le := (*advisory.LockError)(nil); !errors.Is(err, advisory.ErrConnTimeout) || !errors.As(err, &le) || le.Op != "lock" {
+		t.Errorf("err %v, want the lock statement's ErrConnTimeout", err)
 	}
 	// database/sql rolls the transaction back from its own goroutine, which
 	// may finish after WithXactLock has returned.
