@@ -51,7 +51,8 @@ type config struct {
 	txOpts   *sql.TxOptions
 	mode     poolmode.Mode
 	interval time.Duration
-	err      error // first invalid option value
+	err      error     // first invalid option value
+	bound    waitBound // WithTimeout's bound on WithXactLock's waits
 }
 
 func (c *config) fail(err error) {

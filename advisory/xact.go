@@ -148,10 +148,11 @@ type waitBound struct {
 	cause  atomic.Pointer[error] // what the timer cancels with: errWaitLimit or errNoAnswer
 }
 
-// newWaitBound starts the bound of a wait of d under parent, ended by
-// *cause (a package-level error, so that storing it allocates nothing).
-func newWaitBound(parent context.Context, d time.Duration, cause *error) *waitBound {
-	b := &waitBound{}
+// startWaitBound starts c's bound (c.bound, which shares c's allocation) of
+// a wait of d under parent, ended by *cause (a package-level error, so that
+// storing it allocates nothing). A config bounds one wait at a time.
+func startWaitBound(c *config, parent context.Context, d time.Duration, cause *error) *waitBound {
+	b := &c.bound
 	b.cause.Store(cause)
 	b.ctx, b.cancel = context.WithCancelCause(parent)
 	b.timer = time.AfterFunc(d, b.fire)
@@ -193,7 +194,7 @@ func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (t
 		return tx, nil, nil
 	}
 	start := time.Now()
-	b := newWaitBound(ctx, c.timeout, &errWaitLimit)
+	b := startWaitBound(c, ctx, c.timeout, &errWaitLimit)
 	tx, err = begin(b.ctx, c.txOpts)
 	if b.stop() { // the limit passed, perhaps just after BEGIN returned
 		if err == nil {
@@ -499,7 +500,7 @@ func acquireWithin(ctx context.Context, q bridge.Stmts, key Key, c *config, sess
 	}
 	txBound := bound != nil // the transaction was begun under bound.ctx
 	if !txBound {
-		bound = newWaitBound(ctx, limit, &errNoAnswer)
+		bound = startWaitBound(c, ctx, limit, &errNoAnswer)
 		defer bound.cancel(nil)
 	} else {
 		bound.rearm(limit, &errNoAnswer)
