@@ -13,8 +13,14 @@ type core struct{}
 
 func init() { bridge.Core = core{} }
 
-func (core) WithXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin, key Key, body func(context.Context, bridge.Tx) error, opts []LockOption) error {
-	return withXactLock(ctx, fn, handle, begin, key, body, opts)
+// WithXactLock takes the adapter's call as one value, run (nil: no
+// callback), which it allocates once; the functions made from it here do
+// not escape withXactLock, so they cost no allocation.
+func (core) WithXactLock(ctx context.Context, fn string, handle any, run bridge.XactRun, key Key, opts []LockOption) error {
+	if run == nil {
+		return withXactLock(ctx, fn, handle, nil, key, nil, opts)
+	}
+	return withXactLock(ctx, fn, handle, run.Begin, key, func(ctx context.Context, _ bridge.Tx) error { return run.Body(ctx) }, opts)
 }
 
 func (core) XactLock(ctx context.Context, fn string, tx bridge.Stmts, key Key, opts []LockOption) error {

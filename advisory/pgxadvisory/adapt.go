@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	_ bridge.Tx    = pgxTx{}
-	_ bridge.Stmts = execStmts{}
+	_ bridge.Tx      = pgxTx{}
+	_ bridge.XactRun = (*xactRun)(nil)
+	_ bridge.Stmts   = execStmts{}
 )
 
 // pgxTx adapts a pgx transaction to the lock logic.

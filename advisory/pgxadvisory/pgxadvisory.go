@@ -66,7 +66,7 @@ type Execer interface {
 // lockCore is the part of advisory's lock logic these helpers call (see
 // advisory/internal/bridge).
 type lockCore interface {
-	WithXactLock(ctx context.Context, fn string, handle any, begin bridge.Begin, key advisory.Key, body func(context.Context, bridge.Tx) error, opts []advisory.LockOption) error
+	WithXactLock(ctx context.Context, fn string, handle any, run bridge.XactRun, key advisory.Key, opts []advisory.LockOption) error
 	XactLock(ctx context.Context, fn string, tx bridge.Stmts, key advisory.Key, opts []advisory.LockOption) error
 	TryXactLock(ctx context.Context, fn string, tx bridge.Stmts, key advisory.Key, opts []advisory.LockOption) (bool, error)
 	CheckToken(ctx context.Context, fn string, tx bridge.Stmts, resource string, token advisory.Token) error
@@ -94,27 +94,39 @@ var core = bridge.Core.(lockCore)
 // Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
 // RestoreLockTimeout, WithTxOptions.
 func WithXactLock(ctx context.Context, db Beginner, key advisory.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...advisory.LockOption) error {
-	var body func(context.Context, bridge.Tx) error
+	var run bridge.XactRun // nil: no callback, which the core refuses
 	if fn != nil {
-		body = func(ctx context.Context, t bridge.Tx) error { return fn(ctx, t.(pgxTx).tx) }
+		run = &xactRun{db: db, fn: fn}
 	}
-	begin := func(ctx context.Context, o *sql.TxOptions) (_ bridge.Tx, err error) {
-		po, err := txOptions(o)
-		if err != nil {
-			return nil, err
-		}
-		defer foreign("WithXactLock", &err)
-		tx, err := db.BeginTx(ctx, po)
-		if err != nil {
-			return nil, err
-		}
-		if tx == nil {
-			return nil, errors.New("BeginTx returned neither a transaction nor an error")
-		}
-		return pgxTx{tx}, nil
-	}
-	return core.WithXactLock(ctx, "pgxadvisory.WithXactLock", db, begin, key, body, opts)
+	return core.WithXactLock(ctx, "pgxadvisory.WithXactLock", db, run, key, opts)
 }
+
+// xactRun is one WithXactLock call: it begins on db and, being the
+// transaction too (pgxTx), hands the core itself.
+type xactRun struct {
+	pgxTx
+	db Beginner
+	fn func(ctx context.Context, tx pgx.Tx) error
+}
+
+func (r *xactRun) Begin(ctx context.Context, o *sql.TxOptions) (_ bridge.Tx, err error) {
+	po, err := txOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	defer foreign("WithXactLock", &err)
+	tx, err := r.db.BeginTx(ctx, po)
+	if err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, errors.New("BeginTx returned neither a transaction nor an error")
+	}
+	r.tx = tx
+	return r, nil
+}
+
+func (r *xactRun) Body(ctx context.Context) error { return r.fn(ctx, r.tx) }
 
 // XactLock takes the transaction-level lock key inside tx and returns once
 // it is granted; the lock is released when tx ends. Errors are

@@ -38,10 +38,21 @@ type Tx interface {
 }
 
 // Begin begins a transaction under ctx with opts (nil for the server's
-// defaults; adapters translate database/sql's isolation levels). For a database/sql transaction ctx
-// stays bound to the transaction until it ends (database/sql rolls back
-// when ctx is canceled); the helpers keep it alive until then.
+// defaults; adapters translate database/sql's isolation levels). For a
+// database/sql transaction ctx stays bound to the transaction until it ends
+// (database/sql rolls back when ctx is canceled); the helpers keep it alive
+// until then.
 type Begin func(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+
+// XactRun is one WithXactLock call as a driver adapter hands it to the
+// core: how the transaction begins (see Begin) and how the caller's
+// callback runs in it. One value per call carries both, and the
+// transaction, so that crossing the core's interface allocates once.
+type XactRun interface {
+	Begin(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+	// Body runs the caller's callback in the transaction Begin returned.
+	Body(ctx context.Context) error
+}
 
 // Pinned is one connection held for a session lock.
 type Pinned interface {
