@@ -100,6 +100,19 @@ func (t TxControl) Ends() bool {
 // there is no other. Scan reads what a statement calls from the parse tree;
 // the tests check Transaction against that tree.
 func Transaction(query string) TxControl {
+	// The texts drivers send for their own transactions (pgx: "begin",
+	// "commit", "rollback") were read once, at start-up, by the lexer
+	// below; a longer text costs one comparison more.
+	if len(query) <= len("rollback") && commonTx.read {
+		switch query {
+		case "begin", "BEGIN":
+			return commonTx.begin
+		case "commit", "COMMIT":
+			return commonTx.commit
+		case "rollback", "ROLLBACK":
+			return commonTx.rollback
+		}
+	}
 	l := txLexer{s: query}
 	start := l.skip(0)
 	for start < len(query) && query[start] == ';' {
@@ -174,6 +187,20 @@ func Transaction(query string) TxControl {
 	}
 	t.Lone = i == len(query) && !l.unterminated
 	return t
+}
+
+// commonTx holds the lexer's readings of the common texts Transaction
+// answers without lexing; read is set once they are in.
+var commonTx struct {
+	begin, commit, rollback TxControl
+	read                    bool
+}
+
+func init() {
+	commonTx.begin = Transaction("begin")
+	commonTx.commit = Transaction("commit")
+	commonTx.rollback = Transaction("rollback")
+	commonTx.read = true
 }
 
 // ending reads what follows COMMIT, END, ROLLBACK or ABORT from s[i] and

@@ -229,6 +229,34 @@ func TestTransactionAgainstParseTree(t *testing.T) {
 	}
 }
 
+// TestTransactionCommonTexts: the texts Transaction answers without lexing
+// read as the lexer and PostgreSQL's parser read them, and a text that only
+// resembles one of them is still lexed.
+func TestTransactionCommonTexts(t *testing.T) {
+	for _, q := range []string{"begin", "commit", "rollback", "BEGIN", "COMMIT", "ROLLBACK"} {
+		// With white space around it the text is lexed: the same reading.
+		for _, lexed := range []string{" " + q, q + "\n", "/**/" + q} {
+			if got, want := Transaction(q), Transaction(lexed); got != want {
+				t.Errorf("Transaction(%q) = %+v, Transaction(%q) = %+v", q, got, lexed, want)
+			}
+		}
+		if got := Transaction(q); !got.Lone || got.Kind == TxNone {
+			t.Errorf("Transaction(%q) = %+v, want a lone transaction control", q, got)
+		}
+		checkAgainstTree(t, q)
+	}
+	for q, want := range map[string]TxControl{
+		"begin;":           {Kind: TxBegin, Grammatical: true, Lone: true},
+		"commit and chain": {Kind: TxCommit, Chain: true, Grammatical: true, Lone: true},
+		"rollback to a":    {},
+		"Begin Work":       {Kind: TxBegin, Grammatical: true, Lone: true},
+	} {
+		if got := Transaction(q); got != want {
+			t.Errorf("Transaction(%q) = %+v, want %+v", q, got, want)
+		}
+	}
+}
+
 func FuzzTransaction(f *testing.F) {
 	for _, s := range []string{"begin", "commit and chain", "rollback to a", "begin isolation level read committed, read only",
 		"prepare transaction 'x'", "end; select 1", "/* */ abort -- x", "start transaction not deferrable"} {
