@@ -480,6 +480,19 @@ type xactLocks struct {
 	unknown bool
 }
 
+// reset forgets the keys of a transaction that ended. The map is kept for
+// the next transaction's keys unless one transaction locked many.
+func (x *xactLocks) reset() {
+	if len(x.keys) > maxKeptXactKeys {
+		x.keys = nil
+	}
+	clear(x.keys)
+	x.unknown = false
+}
+
+// maxKeptXactKeys bounds the map xactLocks keeps between transactions.
+const maxKeptXactKeys = 64
+
 // noteXact records the transaction-level lock calls of a statement sent in
 // an open transaction. c.mu held.
 func (c *guardConn) noteXact(text string, calls []lockscan.Call, bind *bindMsg, paramTypes []byte) {
@@ -934,6 +947,17 @@ type settingsScan struct {
 	r    lockscan.Result
 	err  error
 	done bool // the text was scanned
+	// filtered: lockscan.MayChangeSettings was asked, and answered done.
+	filtered bool
+}
+
+// mayChangeSettings is lockscan.MayChangeSettings(text), answered from s
+// when trackLockTimeout asked it already.
+func (s settingsScan) mayChangeSettings(text string) bool {
+	if s.filtered {
+		return s.done
+	}
+	return lockscan.MayChangeSettings(text)
 }
 
 // trackLockTimeout follows SET [LOCAL], RESET, RESET ALL, DISCARD ALL and
@@ -955,13 +979,12 @@ func (c *guardConn) trackLockTimeout(text string, tx lockscan.TxControl) setting
 		return settingsScan{}
 	}
 	if !lockscan.MayChangeSettings(text) {
-		return settingsScan{}
+		return settingsScan{filtered: true}
 	}
-	// The scanner's cache keeps the text: copy it out of the message
-	// buffer.
-	text = strings.Clone(text)
-	r, err := c.g.scanner.ScanWith(text, c.reading)
-	scan := settingsScan{text: text, r: r, err: err, done: true}
+	// The text is a view of the message buffer; ScanView returns a copy
+	// to keep (the cache's, for a text scanned before).
+	text, r, err := c.g.scanner.ScanView(text, c.reading)
+	scan := settingsScan{text: text, r: r, err: err, done: true, filtered: true}
 	if err != nil {
 		return scan // unreadable: the statement itself is refused or fails
 	}

@@ -309,6 +309,46 @@ func TestIntegrationHoldFinding4SelfCompat(t *testing.T) {
 	}
 }
 
+// A held lock of a key the client's own transaction locked at transaction
+// level is refused (the holder would wait for the client's own lock), and
+// only in that transaction: the next one starts with no such keys.
+func TestIntegrationHoldXactKeyThenHeld(t *testing.T) {
+	c, cfg := holdTest(t, "pgadvisory_policy", "hold")
+	a := connectT(t, cfg)
+	ctx := t.Context()
+	const k, other = 9235, 9236
+	inTx := func(stmts ...string) error {
+		tx, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q, k); err != nil {
+				tx.Rollback(ctx)
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	}
+	err := inTx("SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_lock($1)")
+	wantRefusal(t, err, pgadvisory.ErrHoldFailed)
+	var se *pgadvisory.HoldSelfLockError
+	if !errors.As(pgadvisory.Refusal(err), &se) || !se.Xact || se.Key != fmt.Sprintf("(%d)", k) {
+		t.Fatalf("%v, want a *HoldSelfLockError of the transaction's key", pgadvisory.Refusal(err))
+	}
+	if _, err := a.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", other); err != nil {
+		t.Fatal(err)
+	}
+	if err := inTx("SELECT pg_advisory_lock($1)"); err != nil {
+		t.Fatalf("a held lock of a key an earlier transaction locked: %v", err)
+	}
+	wantLocks(t, c, fmt.Sprintf("%d/ExclusiveLock", k))
+	if !unlock(t, a, k) {
+		t.Fatal("unlock")
+	}
+	wantLocks(t, c)
+}
+
 // Finding 5: modes are held per (key, mode), as PostgreSQL counts them.
 func TestIntegrationHoldFinding5MixedModes(t *testing.T) {
 	c, a, other := holdAndDirect(t)

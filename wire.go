@@ -835,7 +835,7 @@ func (c *guardConn) observeLocked(t byte, body []byte) []byte {
 			}
 			if body[0] == 'I' {
 				c.taken = nil
-				c.xact = xactLocks{}
+				c.xact.reset()
 			}
 			if c.recv >= c.sent && !c.unit.open {
 				c.settingsInFlux = false

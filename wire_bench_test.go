@@ -22,8 +22,12 @@ func BenchmarkGuardMessage(b *testing.B) {
 	}
 	for _, mode := range []struct {
 		name string
-		opt  Option
-	}{{"direct", direct}, {"transaction", transaction}} {
+		opts []Option
+	}{
+		{"direct", []Option{direct}},
+		{"transaction", []Option{transaction}},
+		{"transaction-hold", []Option{transaction, WithPolicy(PolicyHold)}},
+	} {
 		for _, tc := range cases {
 			for _, drv := range []string{"plain", "guard"} {
 				b.Run("mode="+mode.name+"/"+tc.name+"/driver="+drv, func(b *testing.B) {
@@ -33,7 +37,7 @@ func BenchmarkGuardMessage(b *testing.B) {
 					}
 					sc := &sinkConn{}
 					if drv == "guard" {
-						g, s := newSink(b, mode.opt, WithPreparedStatements(true))
+						g, s := newSink(b, append(mode.opts, WithPreparedStatements(true))...)
 						gc, sc = g, s
 					} else {
 						gc = sc
@@ -75,13 +79,17 @@ func BenchmarkGuardMessage(b *testing.B) {
 func BenchmarkGuardLockCycle(b *testing.B) {
 	for _, mode := range []struct {
 		name string
-		opt  Option
-	}{{"direct", direct}, {"transaction", transaction}} {
+		opts []Option
+	}{
+		{"direct", []Option{direct}},
+		{"transaction", []Option{transaction}},
+		{"transaction-hold", []Option{transaction, WithPolicy(PolicyHold)}},
+	} {
 		for _, drv := range []string{"plain", "guard"} {
 			b.Run("mode="+mode.name+"/driver="+drv, func(b *testing.B) {
 				tr := &sinkTransaction{steps: lockCycleSteps(drv == "guard")}
 				if drv == "guard" {
-					tr.gc, tr.sc = newSink(b, mode.opt, WithPipelineBegin(true))
+					tr.gc, tr.sc = newSink(b, append(mode.opts, WithPipelineBegin(true))...)
 				} else {
 					tr.sc = &sinkConn{}
 					tr.gc = tr.sc

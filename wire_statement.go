@@ -129,10 +129,10 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		}
 		defer func() { c.predicted = 'T' }()
 	case tx.Ends():
-		defer func() { c.predicted = 'I'; c.taken = nil; c.xact = xactLocks{} }()
+		defer func() { c.predicted = 'I'; c.taken = nil; c.xact.reset() }()
 	}
 	mayCall := c.g.mayIntercept(text)
-	if !mayCall && !lockscan.MayChangeSettings(text) {
+	if !mayCall && !pre.mayChangeSettings(text) {
 		return nil
 	}
 	// The scanner's cache and the errors keep the text: from here on it is
