@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,19 +139,38 @@ func TestBuildLock(t *testing.T) {
 		query string
 		nargs int
 	}{
-		{"plain", buildLock(IntKey(1), false, false, false, "", "", false),
+		{"plain", buildLock(&lockArgs{}, IntKey(1), false, false, false, "", "", false),
 			"SELECT pg_advisory_xact_lock($1)", 1},
-		{"all", buildLock(PairKey(1, 2), false, true, false, "5ms", "7ms", true),
+		{"all", buildLock(&lockArgs{}, PairKey(1, 2), false, true, false, "5ms", "7ms", true),
 			"SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true), " +
 				"set_config('idle_in_transaction_session_timeout', $2, true), pg_advisory_xact_lock_shared($3::int4, $4::int4)", 4},
-		{"try-session", buildLock(IntKey(1), true, false, true, "", "", false),
+		{"try-session", buildLock(&lockArgs{}, IntKey(1), true, false, true, "", "", false),
 			"SELECT pg_try_advisory_lock($1)", 1},
-		{"restore-without-timeout", buildLock(IntKey(1), false, false, false, "", "", true),
+		{"restore-without-timeout", buildLock(&lockArgs{}, IntKey(1), false, false, false, "", "", true),
 			"SELECT pg_advisory_xact_lock($1)", 1},
 	}
 	for _, c := range cases {
 		if c.st.query != c.query || len(c.st.args) != c.nargs {
 			t.Errorf("%s: got %q with %d args, want %q with %d", c.name, c.st.query, len(c.st.args), c.query, c.nargs)
+		}
+	}
+	if got, want := cases[1].st.args, []any{"5ms", "7ms", int32(1), int32(2)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("all: arguments %#v, want %#v", got, want)
+	}
+}
+
+// TestBuildLockAllocs: the argument list lives in the call's config; what
+// building the statement allocates is boxing the values that need it (a
+// string, an int64 of 256 or more), no list.
+func TestBuildLockAllocs(t *testing.T) {
+	var a lockArgs
+	for _, c := range []struct {
+		key     Key
+		timeout string
+		want    float64
+	}{{IntKey(7), "", 0}, {IntKey(1 << 40), "", 1}, {IntKey(1 << 40), "5000ms", 2}} {
+		if n := testing.AllocsPerRun(100, func() { buildLock(&a, c.key, false, false, false, c.timeout, "", false) }); n != c.want {
+			t.Errorf("buildLock(%v, timeout %q) allocates %v times, want %v", c.key, c.timeout, n, c.want)
 		}
 	}
 }
@@ -171,7 +191,7 @@ func TestLockQueriesMatchArguments(t *testing.T) {
 		if on(shapePair) {
 			key = PairKey(1, 2)
 		}
-		st := buildLock(key, on(shapeSession), on(shapeShared), on(shapeTry), timeout, lease, on(shapeReadOld))
+		st := buildLock(&lockArgs{}, key, on(shapeSession), on(shapeShared), on(shapeTry), timeout, lease, on(shapeReadOld))
 		for i := 1; i <= len(st.args); i++ {
 			if !strings.Contains(st.query, "$"+strconv.Itoa(i)) {
 				t.Errorf("shape %07b: %q lacks $%d of %d arguments", s, st.query, i, len(st.args))

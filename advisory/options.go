@@ -53,6 +53,7 @@ type config struct {
 	interval time.Duration
 	err      error     // first invalid option value
 	bound    waitBound // WithTimeout's bound on WithXactLock's waits
+	lockArgs lockArgs  // the lock statement's arguments
 }
 
 func (c *config) fail(err error) {

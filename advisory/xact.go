@@ -392,11 +392,17 @@ func lockQueryText(s lockShape) string {
 	return "SELECT " + strings.Join(append(cols, fn+"("+keyArgs+")"), ", ")
 }
 
-// buildLock returns the lock statement for key. timeout and lease are
-// lock_timeout and idle_in_transaction_session_timeout values ("" = leave
-// alone); readOld asks for the previous lock_timeout, which only a statement
-// that sets one reads.
-func buildLock(key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
+// lockArgs backs a lock statement's argument list. Kept in the call's
+// config, which is allocated anyway, it spares the list an allocation of
+// its own.
+type lockArgs [4]any
+
+// buildLock returns the lock statement for key, its arguments in a.
+// timeout and lease are lock_timeout and
+// idle_in_transaction_session_timeout values ("" = leave alone); readOld
+// asks for the previous lock_timeout, which only a statement that sets one
+// reads.
+func buildLock(a *lockArgs, key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
 	var s lockShape
 	set := func(bit lockShape, on bool) {
 		if on {
@@ -410,15 +416,15 @@ func buildLock(key Key, session, shared, try bool, timeout, lease string, readOl
 	set(shapeLease, lease != "")
 	set(shapeReadOld, readOld && timeout != "")
 	set(shapePair, key.pair)
-	args := make([]any, 0, 4)
+	args := a[:0]
 	if timeout != "" {
 		args = append(args, timeout)
 	}
 	if lease != "" {
 		args = append(args, lease)
 	}
-	if a, b, ok := key.Pair(); ok {
-		args = append(args, a, b)
+	if x, y, ok := key.Pair(); ok {
+		args = append(args, x, y)
 	} else {
 		args = append(args, key.v)
 	}
@@ -546,7 +552,7 @@ func acquireOnce(ctx context.Context, q bridge.Stmts, key Key, c *config, sessio
 	if c.has(optLease) {
 		lease = millis(c.lease)
 	}
-	st := buildLock(key, session, c.has(optShared), c.has(optNoWait), timeout, lease, c.has(optRestore))
+	st := buildLock(&c.lockArgs, key, session, c.has(optShared), c.has(optNoWait), timeout, lease, c.has(optRestore))
 	if !st.try && !st.readOld {
 		// No column is wanted (pg_advisory_xact_lock returns void): Exec
 		// spares database/sql's Rows, its goroutine and the decoding.
