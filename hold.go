@@ -947,7 +947,7 @@ type settingsScan struct {
 	r    lockscan.Result
 	err  error
 	done bool // the text was scanned
-	// filtered: lockscan.MayChangeSettings was asked, and answered done.
+	// filtered: lockscan.MayChangeSettings was asked; its answer is done.
 	filtered bool
 }
 
