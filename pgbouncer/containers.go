@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 )
 
 // DockerModule is the package that provides the Docker back end. It is a
@@ -444,7 +446,7 @@ func (dc *dockerCluster) logTail() string {
 	defer cancel()
 	var b strings.Builder
 	for _, l := range dc.rc.Logs(ctx) {
-		fmt.Fprintf(&b, "--- last lines of %s ---\n%s\n", l.Name, tail(l.Text, 15))
+		fmt.Fprintf(&b, "--- last lines of %s ---\n%s\n", l.Name, cli.Tail(l.Text, 15))
 	}
 	return b.String()
 }

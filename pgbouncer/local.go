@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 	"github.com/pgadvisory/pgadvisory/internal/spawn"
 )
 
@@ -173,7 +174,7 @@ func (lc *localCluster) initdb(ctx context.Context) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := runWithContext(ctx, cmd); err != nil {
-		return fmt.Errorf("pgbouncer: initdb: %w\n%s", err, tail(out.String(), 20))
+		return fmt.Errorf("pgbouncer: initdb: %w\n%s", err, cli.Tail(out.String(), 20))
 	}
 	hba := filepath.Join("data", "pg_hba.conf")
 	if lc.opts.tls == tlsRequired {
@@ -466,7 +467,7 @@ func (lc *localCluster) logTail() string {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "--- last lines of %s (%s) ---\n%s\n", p.name, p.logPath, tail(string(text), 15))
+		fmt.Fprintf(&b, "--- last lines of %s (%s) ---\n%s\n", p.name, p.logPath, cli.Tail(string(text), 15))
 	}
 	return b.String()
 }
@@ -490,13 +491,4 @@ func (lc *localCluster) close() error {
 		return fmt.Errorf("pgbouncer: remove %s: %w", lc.dir, err)
 	}
 	return nil
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

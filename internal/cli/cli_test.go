@@ -67,3 +67,20 @@ func TestRegisterTwicePanics(t *testing.T) {
 	}()
 	s.Register(c)
 }
+
+func TestTail(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc"},
+		{"a\nb\nc", 5, "a\nb\nc"},
+		{"", 3, ""},
+		{"only\n\n\n", 1, "only"},
+	} {
+		if got := Tail(c.s, c.n); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

@@ -223,7 +223,7 @@ func countCell(ctx context.Context, valgrind, bin, pkgDir, pattern string, n int
 		}
 	}
 	if runErr != nil || ran != 1 {
-		return nil, fmt.Errorf("the benchmark %q did not run once for %d iterations (%v); its output ends:\n%s", pattern, n, runErr, tail(output.String(), 20))
+		return nil, fmt.Errorf("the benchmark %q did not run once for %d iterations (%v); its output ends:\n%s", pattern, n, runErr, cli.Tail(output.String(), 20))
 	}
 	f, err := os.Open(out)
 	if err != nil {
@@ -232,12 +232,6 @@ func countCell(ctx context.Context, valgrind, bin, pkgDir, pattern string, n int
 	defer f.Close()
 	counts, _, err := bench.ParseCachegrind(f)
 	return counts, err
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // instrLayers are the layers the table shows, in order.

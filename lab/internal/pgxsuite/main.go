@@ -44,6 +44,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 	"github.com/pgadvisory/pgadvisory/internal/spawn"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 	_ "github.com/pgadvisory/pgadvisory/pgbouncer/docker" // the Docker back end, where no local servers are installed
@@ -526,7 +527,7 @@ func goTest(ctx context.Context, t *tree, suites []suite, env []string, raw io.W
 		if errors.As(werr, &exit) && len(res) > 0 {
 			// go test exits 1 when a test fails: that is a result.
 			if s := strings.TrimSpace(stderr.String()); s != "" {
-				return res, fmt.Errorf("go test: %v: %s", werr, tail(s, 5))
+				return res, fmt.Errorf("go test: %v: %s", werr, cli.Tail(s, 5))
 			}
 			return res, fmt.Errorf("go test: %v", werr)
 		}
@@ -760,12 +761,4 @@ func redact(dsn string) string {
 		return "(dsn)"
 	}
 	return u.Redacted()
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 )
 
 // formatCounts is "pass/fail/skip" of the top-level tests, with the counts
@@ -132,7 +134,7 @@ func report(w io.Writer, pgxVersion string, suites []suite, targets []target, re
 			fmt.Fprintf(w, "\n%s guarded: not run: %s\n", s.name, why)
 		}
 		if out := buildFailed[s.name]; out != "" {
-			fmt.Fprintf(w, "\n%s guarded: the adapted suite does not build:\n%s\n", s.name, indent(tail(out, 30), "    "))
+			fmt.Fprintf(w, "\n%s guarded: the adapted suite does not build:\n%s\n", s.name, indent(cli.Tail(out, 30), "    "))
 		}
 	}
 	printAllowList(w, suites, allowedSections)
