@@ -77,7 +77,8 @@ func (c *config) fail(err error) {
 // lock statement, or the server is unreachable): it is abandoned with
 // ErrConnTimeout. When the context has a deadline, the sooner of the two
 // applies to each wait. The client's bounds run on the calling goroutine's
-// timers, so in a testing/synctest bubble they follow its fake clock. d must be positive. Without WithTimeout and without a deadline the lock
+// timers, so in a testing/synctest bubble they follow its fake clock. d
+// must be positive. Without WithTimeout and without a deadline the lock
 // statement leaves lock_timeout alone (the role's or server's setting
 // applies; 0, the default, waits forever).
 func WithTimeout(d time.Duration) LockOption {
