@@ -9,7 +9,7 @@ MODULES  ?= $(shell $(GO) work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\
 # them even when one fails, and fail if any did.
 each = status=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || status=1; done; exit $$status
 
-.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-docs instructions bench-go faults pgx-suites toolcheck river release-check lab examples
+.PHONY: help demo test test-docker test-nocgo test-unit lint budget bench bench-docs instructions syscalls bench-go faults pgx-suites toolcheck river release-check lab examples
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ bench-docs: lab ## make bench, writing its report to docs/bench.md and docs/benc
 
 instructions: lab ## the client's instructions per lock cycle, cell by cell, counted by valgrind's cachegrind (out/instructions.md; needs valgrind)
 	$(LAB) instructions | tee out/instructions.md
+
+syscalls: lab ## the client's system calls and context switches per lock cycle, cell by cell, counted by perf (out/syscalls.md; needs linux-perf)
+	$(LAB) syscalls | tee out/syscalls.md
 
 bench-go: ## Go benchmarks of the driver against pgx stdlib (then: benchstat -col /driver out/bench-go.txt)
 	@mkdir -p out

@@ -118,8 +118,12 @@ func (s *Set) printHelp(w io.Writer) {
 		}
 	}
 	sort.Strings(names)
+	width := 8
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, s.cmds[n].Summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s %s\n", width, n, s.cmds[n].Summary)
 	}
 }
 

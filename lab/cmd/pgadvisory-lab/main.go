@@ -1,9 +1,9 @@
 // Command pgadvisory-lab is pgadvisory's laboratory: the double-settlement
 // demo through a real PgBouncer, the lock benchmark with its Redlock
-// comparison, and the count of the client's instructions per lock cycle
-// under valgrind. It starts PostgreSQL, PgBouncer and Redis through the test
-// harness, so it lives in a module of its own (lab/) and the user's command,
-// pgadvisory, links none of it.
+// comparison, and the counts of the client's instructions (under valgrind)
+// and system calls (under perf) per lock cycle. It starts PostgreSQL,
+// PgBouncer and Redis through the test harness, so it lives in a module of
+// its own (lab/) and the user's command, pgadvisory, links none of it.
 //
 // Usage:
 //

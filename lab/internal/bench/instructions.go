@@ -77,12 +77,13 @@ func ParseCachegrind(r io.Reader) (map[string]int64, int64, error) {
 	return counts, total, nil
 }
 
-// InstructionsPerCycle returns, per function, the instructions of one
-// iteration: the difference between a run of long iterations and one of
-// short, divided by long - short.
-func InstructionsPerCycle(short, long map[string]int64, shortN, longN int) (map[string]float64, error) {
+// PerCycle returns, per name, the count of one iteration: the difference
+// between a run of long iterations and one of short, divided by long -
+// short. The counts are of any kind: instructions per function, system
+// calls per call.
+func PerCycle(short, long map[string]int64, shortN, longN int) (map[string]float64, error) {
 	if longN <= shortN {
-		return nil, fmt.Errorf("bench: instructions: the long run's %d iterations must exceed the short run's %d", longN, shortN)
+		return nil, fmt.Errorf("bench: per cycle: the long run's %d iterations must exceed the short run's %d", longN, shortN)
 	}
 	per := map[string]float64{}
 	for fn := range keysOf(short, long) {

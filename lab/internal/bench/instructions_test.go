@@ -61,11 +61,11 @@ func TestParseCachegrindRefuses(t *testing.T) {
 	}
 }
 
-func TestInstructionsPerCycle(t *testing.T) {
+func TestPerCycle(t *testing.T) {
 	short := map[string]int64{"runtime.mallocgc": 1000, "main.setup": 500, "github.com/jackc/pgx/v5.(*Conn).Exec": 300}
 	long := map[string]int64{"runtime.mallocgc": 5000, "main.setup": 500, "github.com/jackc/pgx/v5.(*Conn).Exec": 1100,
 		"github.com/pgadvisory/pgadvisory.(*guardConn).Read": 400, "github.com/pgadvisory/pgadvisory/advisory/pgxadvisory_test.init.func1": 800}
-	per, err := InstructionsPerCycle(short, long, 100, 500)
+	per, err := PerCycle(short, long, 100, 500)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestInstructionsPerCycle(t *testing.T) {
 	if by[LayerRuntime] != 10 || by[LayerPgx] != 2 || by[LayerPgadvisory] != 1 || by[LayerOther] != 2 {
 		t.Errorf("by layer %v", by)
 	}
-	if _, err := InstructionsPerCycle(short, long, 500, 500); err == nil {
+	if _, err := PerCycle(short, long, 500, 500); err == nil {
 		t.Error("equal iteration counts: no error")
 	}
 }
