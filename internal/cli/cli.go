@@ -37,6 +37,29 @@ type UsageError interface {
 	UsageError()
 }
 
+// ParseFlags parses args with fs for a command that takes flags only. -h
+// and -help return flag.ErrHelp (exit status 0, the usage printed by fs);
+// a flag fs does not define, a bad value or an argument after the flags is
+// a UsageError.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return usageError(fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), fs.Args()))
+	}
+	return nil
+}
+
+// usageError is ParseFlags' UsageError.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+func (usageError) UsageError()     {}
+
 // ExitCode is an error that only carries a process exit status.
 type ExitCode int
 

@@ -84,3 +84,28 @@ func TestTail(t *testing.T) {
 		}
 	}
 }
+
+func TestParseFlags(t *testing.T) {
+	newFlags := func() *flag.FlagSet {
+		fs := flag.NewFlagSet("count", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Int("n", 1, "how many")
+		return fs
+	}
+	if err := ParseFlags(newFlags(), []string{"-n", "3"}); err != nil {
+		t.Errorf("good flags: %v", err)
+	}
+	if err := ParseFlags(newFlags(), []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+	for _, args := range [][]string{{"-m", "1"}, {"-n", "x"}, {"-n", "2", "extra"}} {
+		var ue UsageError
+		if err := ParseFlags(newFlags(), args); !errors.As(err, &ue) {
+			t.Errorf("%q: %v, want a UsageError", args, err)
+		}
+	}
+	err := ParseFlags(newFlags(), []string{"extra"})
+	if err == nil || err.Error() != `count takes no arguments, got ["extra"]` {
+		t.Errorf("an argument: %v", err)
+	}
+}

@@ -117,11 +117,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "the Markdown report to stdout.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
 	}
 	var err error
 	if o.workloads, err = listFlag("workloads", *workloads, allWorkloads); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 	"github.com/pgadvisory/pgadvisory/lab/internal/bench"
 	"github.com/pgadvisory/pgadvisory/lab/internal/redislab"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -44,7 +45,7 @@ func TestBenchUsage(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := runBench(context.Background(), args, &out, &errOut)
-		var ue usageError
+		var ue cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("args %q: err = %v, want usageError", args, err)
 		}

@@ -45,11 +45,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "and advisory.WithXactLock through pgadvisory.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return usageError{"demo takes no arguments"}
 	}
 	if *events < 1 || *events > 10000 || *workerCount < 2 || *workerCount > 16 || *work < 0 || *work > time.Minute {
 		return usageError{"want 1 <= -events <= 10000, 2 <= -workers <= 16, 0 <= -work <= 1m"}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,14 +49,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("instructions takes no arguments, got %q", fs.Args())}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
 	}
 	if *top < 0 {
 		return usageError{fmt.Sprintf("-top %d: must be 0 or more", *top)}

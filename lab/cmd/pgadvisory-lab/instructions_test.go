@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pgadvisory/pgadvisory/internal/cli"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
@@ -27,7 +28,7 @@ func TestInstructionsUsage(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := runInstructions(context.Background(), args, &out, &errOut)
-		var ue usageError
+		var ue cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("args %q: err = %v, want usageError", args, err)
 		}

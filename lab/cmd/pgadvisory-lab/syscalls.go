@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,14 +47,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("syscalls takes no arguments, got %q", fs.Args())}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
 	}
 	cells, shortN, longN, perCell, err := countPerCycle(ctx, "syscalls", perfTool, flags, stderr)
 	if err != nil {
