@@ -23,17 +23,17 @@ import (
 // difference, divided by the iterations between them, is one cycle's
 // (start-up and the test harness cancel out).
 
-// instrCell is a lock cycle whose counts the instructions and syscalls
+// lockCell is a lock cycle whose counts the instructions and syscalls
 // commands take: a Go benchmark of the library's test suites, run by name.
-type instrCell struct {
+type lockCell struct {
 	id, name string
 	pkg      string // the package's directory under the repository root
 	bench    string // its -test.bench pattern, matching one benchmark
 }
 
-// instrCells are the lab bench's cells that Go benchmarks run one cycle at
+// lockCells are the lab bench's cells that Go benchmarks run one cycle at
 // a time, directly on PostgreSQL, under the same letters.
-var instrCells = []instrCell{
+var lockCells = []lockCell{
 	{"e", "raw pgx Batch: BEGIN+lock pipelined, COMMIT (ceiling), plain pgxpool", "advisory/pgxadvisory",
 		"XactLockCycle$/target=direct/path=ceiling-batch$"},
 	{"l", "pgx transaction by hand (Begin, lock, Commit), guarded pgxpool", "advisory/pgxadvisory",
@@ -64,7 +64,7 @@ func addCellFlags(fs *flag.FlagSet, cycles, kept string) cellFlags {
 
 // parse checks the shared flags of command and returns the cells and the
 // two iteration counts they give.
-func (f cellFlags) parse(command string) (cells []instrCell, shortN, longN int, err error) {
+func (f cellFlags) parse(command string) (cells []lockCell, shortN, longN int, err error) {
 	if cells, err = pickCells(*f.cells); err != nil {
 		return nil, 0, 0, err
 	}
@@ -91,7 +91,7 @@ type countTool struct {
 // countPerCycle checks command's shared flags, builds the cells' test
 // binaries and counts each cell with tool for both iteration counts. It
 // returns the cells, the counts and each cell's counts per cycle.
-func countPerCycle(ctx context.Context, command string, tool countTool, f cellFlags, stderr io.Writer) (cells []instrCell, shortN, longN int, perCell []map[string]float64, err error) {
+func countPerCycle(ctx context.Context, command string, tool countTool, f cellFlags, stderr io.Writer) (cells []lockCell, shortN, longN int, perCell []map[string]float64, err error) {
 	if cells, shortN, longN, err = f.parse(command); err != nil {
 		return nil, 0, 0, nil, err
 	}
@@ -127,7 +127,7 @@ func countPerCycle(ctx context.Context, command string, tool countTool, f cellFl
 
 func cellIDs() string {
 	var ids []string
-	for _, c := range instrCells {
+	for _, c := range lockCells {
 		ids = append(ids, c.id)
 	}
 	return strings.Join(ids, ",")
@@ -135,18 +135,18 @@ func cellIDs() string {
 
 // pickCells returns the cells named by a comma-separated list of letters,
 // in the list's order.
-func pickCells(list string) ([]instrCell, error) {
-	var cells []instrCell
+func pickCells(list string) ([]lockCell, error) {
+	var cells []lockCell
 	for _, id := range strings.Split(list, ",") {
 		id = strings.TrimSpace(id)
-		i := slices.IndexFunc(instrCells, func(c instrCell) bool { return c.id == id })
+		i := slices.IndexFunc(lockCells, func(c lockCell) bool { return c.id == id })
 		if i < 0 {
 			return nil, usageError{fmt.Sprintf("-cells: unknown cell %q (cells: %s)", id, cellIDs())}
 		}
-		if slices.ContainsFunc(cells, func(c instrCell) bool { return c.id == id }) {
+		if slices.ContainsFunc(cells, func(c lockCell) bool { return c.id == id }) {
 			return nil, usageError{fmt.Sprintf("-cells: %q given twice", id)}
 		}
-		cells = append(cells, instrCells[i])
+		cells = append(cells, lockCells[i])
 	}
 	return cells, nil
 }
@@ -193,7 +193,7 @@ func workDir(keep, pattern string) (dir string, cleanup func(), err error) {
 
 // buildCellTests builds the test binary of each package the cells run in,
 // into dir, and returns them by package directory.
-func buildCellTests(ctx context.Context, root, dir string, cells []instrCell, stderr io.Writer) (map[string]string, error) {
+func buildCellTests(ctx context.Context, root, dir string, cells []lockCell, stderr io.Writer) (map[string]string, error) {
 	binaries := map[string]string{}
 	for _, c := range cells {
 		if _, ok := binaries[c.pkg]; ok {

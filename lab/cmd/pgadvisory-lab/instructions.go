@@ -95,7 +95,7 @@ var instrLayers = []string{bench.LayerRuntime, bench.LayerPgadvisory, bench.Laye
 // table, by layer, with each cell's count outside the Go runtime relative
 // to the first cell's, then the functions that grow most over the first
 // cell in each other cell.
-func writeInstructions(w io.Writer, cells []instrCell, perCell []map[string]float64, shortN, longN, top int) {
+func writeInstructions(w io.Writer, cells []lockCell, perCell []map[string]float64, shortN, longN, top int) {
 	fmt.Fprintf(w, "Instructions per lock cycle: valgrind cachegrind, the client's userland only, GOMAXPROCS=1; the runs of %d and %d cycles, by difference.\n\n", longN, shortN)
 	fmt.Fprintf(w, "| cell | total | %s | outside the runtime | %s | other | outside the runtime vs (%s) |\n",
 		instrLayers[0], strings.Join(instrLayers[1:], " | "), cells[0].id)

@@ -50,7 +50,7 @@ func TestInstructionsRoot(t *testing.T) {
 }
 
 func TestWriteInstructions(t *testing.T) {
-	cells := []instrCell{instrCells[0], instrCells[1]}
+	cells := []lockCell{lockCells[0], lockCells[1]}
 	perCell := []map[string]float64{
 		{"runtime.mallocgc": 1000, "github.com/jackc/pgx/v5.(*Conn).Exec": 2000, "syscall.Syscall6": 100},
 		{"runtime.mallocgc": 1500, "github.com/jackc/pgx/v5.(*Conn).Exec": 2000, "syscall.Syscall6": 100,
@@ -59,8 +59,8 @@ func TestWriteInstructions(t *testing.T) {
 	var out bytes.Buffer
 	writeInstructions(&out, cells, perCell, 1000, 5000, 2)
 	for _, want := range []string{
-		"| (e) " + instrCells[0].name + " | 3100 | 1000 | 2100 | 0 | 2000 | 0 | 100 | 1.000 |",
-		"| (l) " + instrCells[1].name + " | 3900 | 1500 | 2400 | 300 | 2000 | 0 | 100 | 1.143 |",
+		"| (e) " + lockCells[0].name + " | 3100 | 1000 | 2100 | 0 | 2000 | 0 | 100 | 1.000 |",
+		"| (l) " + lockCells[1].name + " | 3900 | 1500 | 2400 | 300 | 2000 | 0 | 100 | 1.143 |",
 		"| `runtime.mallocgc` | 1000 | 1500 | +500 |",
 		"| `github.com/pgadvisory/pgadvisory.(*guardConn).Write` | 0 | 300 | +300 |",
 	} {

@@ -96,7 +96,7 @@ func recordCell(ctx context.Context, perf, bin, pkgDir, pattern string, n int, o
 
 // writeSyscalls writes the cells' system calls and context switches per
 // cycle as a Markdown table.
-func writeSyscalls(w io.Writer, cells []instrCell, perCell []map[string]float64, shortN, longN int) {
+func writeSyscalls(w io.Writer, cells []lockCell, perCell []map[string]float64, shortN, longN int) {
 	fmt.Fprintf(w, "System calls and context switches of the client per lock cycle: perf, the runs of %d and %d cycles, by difference.\n\n", longN, shortN)
 	fmt.Fprintf(w, "| cell | system calls | %s | other | context switches |\n", strings.Join(namedSyscalls, " | "))
 	fmt.Fprintf(w, "| --- |%s\n", strings.Repeat(" ---: |", len(namedSyscalls)+3))

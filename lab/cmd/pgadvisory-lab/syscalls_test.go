@@ -37,7 +37,7 @@ func TestSyscallsUsage(t *testing.T) {
 }
 
 func TestWriteSyscalls(t *testing.T) {
-	cells := []instrCell{instrCells[0], instrCells[1]}
+	cells := []lockCell{lockCells[0], lockCells[1]}
 	perCell := []map[string]float64{
 		{bench.EventSyscalls: 9, bench.SyscallEvent("read"): 3, bench.SyscallEvent("write"): 2, bench.SyscallEvent("epoll_pwait"): 2.5,
 			bench.SyscallEvent("futex"): 1.25, bench.EventContextSwitch: 3.5},
@@ -48,8 +48,8 @@ func TestWriteSyscalls(t *testing.T) {
 	writeSyscalls(&out, cells, perCell, 1000, 4000)
 	for _, want := range []string{
 		"| cell | system calls | read | write | epoll_pwait | futex | nanosleep | sched_yield | other | context switches |",
-		"| (e) " + instrCells[0].name + " | 9.00 | 3.00 | 2.00 | 2.50 | 1.25 | 0.00 | 0.00 | 0.25 | 3.50 |",
-		"| (l) " + instrCells[1].name + " | 8.00 | 4.00 | 2.00 | 0.00 | 0.00 | 1.00 | 0.00 | 1.00 | 3.00 |",
+		"| (e) " + lockCells[0].name + " | 9.00 | 3.00 | 2.00 | 2.50 | 1.25 | 0.00 | 0.00 | 0.25 | 3.50 |",
+		"| (l) " + lockCells[1].name + " | 8.00 | 4.00 | 2.00 | 0.00 | 0.00 | 1.00 | 0.00 | 1.00 | 3.00 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
