@@ -68,6 +68,7 @@ type benchOptions struct {
 	paired                  bool
 	pairedDuration          time.Duration // measured time per cell and round of the interleaved runs
 	pairedBlocks            int           // blocks per round of the interleaved runs, each on fresh connections
+	pairedWide              string        // the pairs of several workers run interleaved: pairedWideGoals or pairedWideRatios
 	out, svg, cpuprofile    string
 	readme                  string // file whose summary block the run rewrites
 	startedCluster          bool
@@ -99,6 +100,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
 	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the goals' pairs of several workers in turns of 250ms")
 	fs.DurationVar(&o.pairedDuration, "paired-duration", 0, "measured time per cell and round of the interleaved runs (default: half of -duration)")
+	fs.StringVar(&o.pairedWide, "paired-wide", pairedWideGoals, "which cells of several workers run again interleaved, in pairs: "+pairedWideGoals+" (each goal's two) or "+pairedWideRatios+" (each ratio's two on one path, the goals' among them)")
 	fs.IntVar(&o.pairedBlocks, "paired-blocks", 4, "blocks per round of the interleaved runs, each on freshly opened connections after its own warm-up; their 95% intervals are over blocks (rounds × blocks of them, at least 4 for an interval)")
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report to this file")
 	fs.StringVar(&o.readme, "readme", "", "also rewrite the summary (locks/s, ratios, goals) between the lines "+summaryBegin+" and "+summaryEnd+" of this Markdown file")
@@ -157,6 +159,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{"-paired-duration must not be negative"}
 	case o.pairedBlocks < 1:
 		return usageError{"-paired-blocks must be at least 1"}
+	case o.pairedWide != pairedWideGoals && o.pairedWide != pairedWideRatios:
+		return usageError{fmt.Sprintf("-paired-wide must be %s or %s, not %q", pairedWideGoals, pairedWideRatios, o.pairedWide)}
 	}
 	if o.pairedDuration == 0 {
 		o.pairedDuration = o.duration / 2
@@ -425,7 +429,11 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 		interleaved = append(interleaved, interleavedRun{workload: bench.Workload{Name: workloadUncontended, Workers: 1, Keys: contendedKeys}, variants: paired})
 	}
 	if o.paired {
-		interleaved = append(interleaved, interleavedPairs(locks, o.workloadList(), o.goals())...)
+		pairs := goalPairs(o.goals())
+		if o.pairedWide == pairedWideRatios {
+			pairs = append(pairs, ratioPairs(refs, o.paths)...)
+		}
+		interleaved = append(interleaved, interleavedPairs(locks, o.workloadList(), pairs)...)
 	}
 	for _, pair := range interleaved {
 		slice := pairedSlice
@@ -745,21 +753,66 @@ type interleavedRun struct {
 	variants []bench.Variant
 }
 
-// interleavedPairs returns the pairs of goals' cells on one path under workloads
-// of several workers, for the interleaved pass. Each pair runs on its own:
-// the server has a connection per worker of every cell of a run open.
-func interleavedPairs(locks []bench.Variant, workloads []bench.Workload, goals []bench.Goal) []interleavedRun {
+// The values of -paired-wide.
+const (
+	pairedWideGoals  = "goals"
+	pairedWideRatios = "ratios"
+)
+
+// cellPair names two cells that a goal or a ratio compares on one path:
+// numerator, then denominator; workload "" stands for every workload.
+type cellPair struct {
+	workload string
+	num, den string
+	path     bench.Path
+}
+
+// goalPairs returns the pairs of cells that goals compare on one path.
+func goalPairs(goals []bench.Goal) []cellPair {
+	var out []cellPair
+	for _, g := range goals {
+		if g.MaxRoundTrips == 0 && g.NumPath == g.DenPath {
+			out = append(out, cellPair{workload: g.Workload, num: g.Num, den: g.Den, path: g.NumPath})
+		}
+	}
+	return out
+}
+
+// ratioPairs returns the pairs of cells that refs compare on one path, on
+// each of paths.
+func ratioPairs(refs []bench.Ref, paths []string) []cellPair {
+	var out []cellPair
+	for _, p := range paths {
+		for _, f := range refs {
+			if f.DenPath == "" {
+				out = append(out, cellPair{num: f.Num, den: f.Den, path: bench.Path(p)})
+			}
+		}
+	}
+	return out
+}
+
+// interleavedPairs returns the pairs of cells under workloads of several
+// workers that run again interleaved, each pair on its own, once each and in
+// the order of pairs: those of locks that run under the workload.
+func interleavedPairs(locks []bench.Variant, workloads []bench.Workload, pairs []cellPair) []interleavedRun {
 	var out []interleavedRun
 	for _, w := range workloads {
 		if w.Workers == 1 {
 			continue
 		}
-		for _, g := range goals {
-			if g.Workload != w.Name || g.MaxRoundTrips > 0 || g.NumPath != g.DenPath {
+		seen := map[cellPair]bool{}
+		for _, p := range pairs {
+			if p.workload != "" && p.workload != w.Name {
 				continue
 			}
-			num := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Num && v.Path == g.NumPath && v.Runs(w) })
-			den := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == g.Den && v.Path == g.DenPath && v.Runs(w) })
+			p.workload = w.Name
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			num := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == p.num && v.Path == p.path && v.Runs(w) })
+			den := slices.IndexFunc(locks, func(v bench.Variant) bool { return v.ID == p.den && v.Path == p.path && v.Runs(w) })
 			if num >= 0 && den >= 0 {
 				out = append(out, interleavedRun{workload: w, variants: []bench.Variant{locks[num], locks[den]}})
 			}

@@ -40,6 +40,7 @@ func TestBenchUsage(t *testing.T) {
 		{"-pool-size", "8", "-dsn", "postgres://x@127.0.0.1/db", "-pgbouncer-dsn", "postgres://x@127.0.0.1:6432/db"},
 		{"-paired-duration", "-1s"},
 		{"-paired-blocks", "0"},
+		{"-paired-wide", "all"},
 		{"-readme", filepath.Join(t.TempDir(), "missing.md")},
 		{"-readme", writeTemp(t, "# no summary block\n")},
 	} {
@@ -166,28 +167,48 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
-// TestInterleavedPairs: the goals' pairs run again interleaved are the cells of
-// workloads of several workers on one path, each pair on its own.
+// TestInterleavedPairs: the pairs run again interleaved are cells of
+// workloads of several workers on one path, each pair on its own and once:
+// the goals' pairs, and with -paired-wide ratios every ratio's pair that
+// runs there as well (not (i), whose reference is on another path and runs
+// with one worker only).
 func TestInterleavedPairs(t *testing.T) {
 	o := &benchOptions{workloads: []string{workloadUncontended, workloadContended}, paths: []string{"direct", "pgbouncer"}}
 	var locks []bench.Variant
 	for _, p := range []bench.Path{bench.PathDirect, bench.PathPgBouncer} {
-		for _, id := range []string{"c", "e", "g"} {
+		for _, id := range []string{"c", "e", "g", "l"} {
 			locks = append(locks, bench.Variant{ID: id, Path: p})
 		}
 	}
-	locks = append(locks, bench.Variant{ID: "i", Path: bench.PathPgBouncer, MaxWorkers: 1})
+	locks = append(locks, bench.Variant{ID: "i", Path: bench.PathPgBouncer, MaxWorkers: 1},
+		bench.Variant{ID: "i-plain", Path: bench.PathPgBouncerSession, MaxWorkers: 1})
 	ws := []bench.Workload{{Name: workloadUncontended, Workers: 1}, {Name: workloadContended, Workers: 32}}
-	var got []string
-	for _, p := range interleavedPairs(locks, ws, o.goals()) {
-		got = append(got, p.workload.Name+" "+p.variants[0].ID+"/"+p.variants[1].ID+" "+string(p.variants[0].Path)+","+string(p.variants[1].Path))
-	}
-	want := []string{
-		"contended c/e direct,direct", "contended g/e direct,direct",
-		"contended c/e pgbouncer,pgbouncer", "contended g/e pgbouncer,pgbouncer",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("pairs %q, want %q", got, want)
+	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "l"}, {Num: "l", Den: "e"}, {Num: "k", Den: "j"},
+		{Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
+	goals := goalPairs(o.goals())
+	for _, tc := range []struct {
+		name  string
+		pairs []cellPair
+		want  []string
+	}{
+		{"goals", goals, []string{
+			"contended c/e direct,direct", "contended g/e direct,direct",
+			"contended c/e pgbouncer,pgbouncer", "contended g/e pgbouncer,pgbouncer",
+		}},
+		{"ratios", append(goals, ratioPairs(refs, o.paths)...), []string{
+			"contended c/e direct,direct", "contended g/e direct,direct",
+			"contended c/e pgbouncer,pgbouncer", "contended g/e pgbouncer,pgbouncer",
+			"contended g/l direct,direct", "contended l/e direct,direct",
+			"contended g/l pgbouncer,pgbouncer", "contended l/e pgbouncer,pgbouncer",
+		}},
+	} {
+		var got []string
+		for _, p := range interleavedPairs(locks, ws, tc.pairs) {
+			got = append(got, p.workload.Name+" "+p.variants[0].ID+"/"+p.variants[1].ID+" "+string(p.variants[0].Path)+","+string(p.variants[1].Path))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: pairs %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
 
