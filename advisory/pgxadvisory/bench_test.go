@@ -20,7 +20,8 @@ import (
 // BenchmarkXactLockCycle measures one transaction-level lock cycle on one
 // pooled connection, directly on PostgreSQL and through PgBouncer in
 // transaction mode: pgxadvisory.WithXactLock over a pool from
-// pgadvisory.ParsePoolConfig (the path the package recommends), the same
+// pgadvisory.ParsePoolConfig (the path the package recommends), with
+// WithTimeout and without it (what the bound on the waits costs), the same
 // transaction written by hand over that pool (Begin, the lock statement,
 // Commit), and the protocol's ceiling written by hand on a plain pgxpool (a
 // pgx.Batch of BEGIN and set_config + pg_advisory_xact_lock, then COMMIT:
@@ -118,8 +119,8 @@ func BenchmarkXactLockCycleParallel(b *testing.B) {
 
 // xactLockPaths are the lock cycles the benchmarks compare: the protocol's
 // ceiling written by hand on a plain pgxpool, pgxadvisory.WithXactLock over
-// a pool from pgadvisory.ParsePoolConfig, and its transaction written by
-// hand over such a pool.
+// a pool from pgadvisory.ParsePoolConfig (with WithTimeout, and without it),
+// and its transaction written by hand over such a pool.
 var xactLockPaths = []struct {
 	name    string
 	guarded bool
@@ -143,6 +144,10 @@ var xactLockPaths = []struct {
 	}},
 	{"pgxadvisory-guarded", true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
 		return pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error { return nil }, advisory.WithTimeout(5e9))
+	}},
+	{"pgxadvisory-guarded-untimed", true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+		// Without WithTimeout: what the helper costs without its bound.
+		return pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error { return nil })
 	}},
 	{xactLockByHand, true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
 		tx, err := pool.Begin(ctx)
