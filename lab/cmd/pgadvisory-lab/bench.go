@@ -98,7 +98,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", bench.DefaultLockTimeout, "lock_timeout of the PostgreSQL variants")
 	fs.IntVar(&o.poolSize, "pool-size", pgbouncer.WidePoolSize, fmt.Sprintf("server connections of the PgBouncer the bench starts (1..%d)", pgbouncer.MaxWidePoolSize))
 	fs.BoolVar(&o.overhead, "overhead", true, "also compare pgadvisory with pgx stdlib on SELECT $1::int")
-	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the goals' pairs of several workers in turns of 250ms")
+	fs.BoolVar(&o.paired, "paired", true, "also run the cells that the ratios and goals compare again, interleaved (each pair sees the same moments of the machine): the one-worker cells in turns of 50ms, the pairs of several workers (-paired-wide) in turns of 250ms")
 	fs.DurationVar(&o.pairedDuration, "paired-duration", 0, "measured time per cell and round of the interleaved runs (default: half of -duration)")
 	fs.StringVar(&o.pairedWide, "paired-wide", pairedWideGoals, "which cells of several workers run again interleaved, in pairs: "+pairedWideGoals+" (each goal's two) or "+pairedWideRatios+" (each ratio's two on one path, the goals' among them)")
 	fs.IntVar(&o.pairedBlocks, "paired-blocks", 4, "blocks per round of the interleaved runs, each on freshly opened connections after its own warm-up; their 95% intervals are over blocks (rounds × blocks of them, at least 4 for an interval)")
@@ -793,8 +793,9 @@ func ratioPairs(refs []bench.Ref, paths []string) []cellPair {
 }
 
 // interleavedPairs returns the pairs of cells under workloads of several
-// workers that run again interleaved, each pair on its own, once each and in
-// the order of pairs: those of locks that run under the workload.
+// workers that run again interleaved, once each and in the order of pairs:
+// those of locks that run under the workload. Each pair runs on its own:
+// the server has a connection per worker of every cell of a run open.
 func interleavedPairs(locks []bench.Variant, workloads []bench.Workload, pairs []cellPair) []interleavedRun {
 	var out []interleavedRun
 	for _, w := range workloads {
