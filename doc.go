@@ -164,8 +164,16 @@
 // If the BEGIN fails, the server skips the first statement: it returns the
 // BEGIN's error, later statements fail with 25P02 and COMMIT ends in
 // ROLLBACK, as in any failed transaction — nothing runs outside a
-// transaction. WithPipelineBegin or pgadvisory_pipeline_begin=false turns it
-// off.
+// transaction. Where pgx keeps its own statements on the server
+// (cache_statement, directly or behind session pooling), the BEGIN is a
+// prepared statement of the session's, "pgadvisory_begin": parsed in the
+// first transaction and only bound after that, which spares the server a
+// parse per transaction. A DEALLOCATE or DISCARD the client sends as a
+// query's first statement, or a Close of that name, makes the guard parse
+// it again; one that server-side code runs (EXECUTE in PL/pgSQL) fails the
+// next transaction's first statement with 26000, as it fails pgx's own
+// cached statements. WithPipelineBegin or pgadvisory_pipeline_begin=false
+// turns the deferred BEGIN off.
 //
 // # DSN parameters
 //

@@ -175,4 +175,94 @@ func TestGuardBeginOptions(t *testing.T) {
 	}
 }
 
+// TestGuardNamedBegin: where pgx keeps its statements on the server
+// (cache_statement, directly on PostgreSQL), the deferred BEGIN is the
+// session's prepared statement: parsed in the connection's first
+// transaction and only bound after that. When the client drops prepared
+// statements (pgx's DeallocateAll, DISCARD ALL, a Close of its name) the
+// next BEGIN is parsed again and transactions go on as with plain pgx.
+// Another BEGIN text (other transaction options) goes as the unnamed
+// statement.
+// Dropped by server-side code the guard does not see, the next
+// transaction's first statement fails with 26000, as pgx's own cached
+// statements do, and the transaction after it works again.
+func TestGuardNamedBegin(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	pool, p := pinnedPool(t, c.DirectDSN())
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	simple := pgx.QueryExecModeSimpleProtocol // no statement of pgx's own in the counts
+	var opts pgx.TxOptions
+	transaction := func() error {
+		tx, err := conn.BeginTx(ctx, opts)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT 2", simple).Scan(&n); err != nil {
+			return err
+		}
+		if n != 2 {
+			return fmt.Errorf("SELECT 2 returned %d", n)
+		}
+		return tx.Commit(ctx)
+	}
+	// check runs one transaction and the counts of the Parse and Close
+	// messages it sent (the BEGIN's: the statement goes as a simple Query).
+	check := func(what string, wantParse, wantClose int64) {
+		t.Helper()
+		p.reset()
+		if err := transaction(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n, m := p.sent('P'), p.sent('C'); n != wantParse || m != wantClose {
+			t.Errorf("%s: %d Parse and %d Close messages, want %d and %d", what, n, m, wantParse, wantClose)
+		}
+		if n := p.turns.Load(); n != 2 {
+			t.Errorf("%s: %d round trips, want 2 (BEGIN sent with the statement, COMMIT)", what, n)
+		}
+	}
+	check("first transaction", 1, 1)
+	check("second transaction", 0, 0)
+	check("third transaction", 0, 0)
+	// One BEGIN text is prepared at a time: another goes unnamed.
+	opts = pgx.TxOptions{IsoLevel: pgx.Serializable}
+	check("another BEGIN text", 1, 0)
+	opts = pgx.TxOptions{}
+	check("the prepared text again", 0, 0)
+
+	if err := conn.Conn().DeallocateAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after DeallocateAll", 1, 1)
+	check("after DeallocateAll, again", 0, 0)
+	if _, err := conn.Exec(ctx, "DISCARD ALL", simple); err != nil {
+		t.Fatal(err)
+	}
+	check("after DISCARD ALL", 1, 1)
+	if err := conn.Conn().PgConn().Deallocate(ctx, "pgadvisory_begin"); err != nil {
+		t.Fatal(err)
+	}
+	check("after a Close of the guard's statement", 1, 1)
+	check("after that, again", 0, 0)
+
+	if _, err := conn.Exec(ctx, "DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$", simple); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if err := transaction(); !errors.As(err, &pe) || pe.Code != "26000" {
+		t.Fatalf("the transaction after a DEALLOCATE the guard did not see: %v, want 26000", err)
+	}
+	check("the transaction after the failed one", 1, 1)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgadvisory%'", simple).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d prepared statements of the guard's on the session (%v), want 1", n, err)
+	}
+}
+
 var _ = context.Background

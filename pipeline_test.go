@@ -810,7 +810,7 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 				{"no-args", "SELECT 1::int8 AS one, 'x' AS x", nil},
 				{"more-types", moreTypesQuery, nil},
 			}
-			for _, q := range queries {
+			for qi, q := range queries {
 				want, wantCols := collect(t, ctx, func() (*sql.Rows, error) { return ref.QueryContext(ctx, q.q, q.args...) })
 				for i := range 3 { // later times the statement or its description is cached
 					p.reset()
@@ -836,13 +836,18 @@ func TestPipelinedRowsMatchStdlib(t *testing.T) {
 						}
 					}
 					if tg.named {
-						// The deferred BEGIN is parsed (as the unnamed
-						// statement) in every transaction; the named
-						// statement only the first time, with the BEGIN in
-						// front of its prepare.
-						wantParse, wantClose := int64(1), int64(0)
+						// The deferred BEGIN is the session's prepared
+						// statement there: parsed, after a Close, in the
+						// connection's first transaction, only bound after
+						// that. The query's named statement is parsed the
+						// first time it runs, with the BEGIN in front of its
+						// prepare.
+						wantParse, wantClose := int64(0), int64(0)
 						if i == 0 {
-							wantParse = 2
+							wantParse = 1
+						}
+						if qi == 0 && i == 0 {
+							wantParse, wantClose = 2, 1
 						}
 						if n, m := p.sent('P'), p.sent('C'); n != wantParse || m != wantClose {
 							t.Errorf("%s, execution %d: %d Parse and %d Close messages, want %d and %d", q.name, i+1, n, m, wantParse, wantClose)
@@ -1063,9 +1068,15 @@ func TestPipelineFirstStatementMessages(t *testing.T) {
 			t.Logf("per cycle: pgx stdlib parses %.1f and describes %.1f, pgadvisory %.1f and %.1f", refParsed, refDescribed, parsed, described)
 			// The deferred BEGIN is parsed as the unnamed statement where
 			// pgx stdlib sends it as a simple Query: as many parses, and no
-			// Describe of its own.
-			if parsed != refParsed {
-				t.Errorf("the server parses %.1f statements per cycle through pgadvisory, %.1f through pgx stdlib", parsed, refParsed)
+			// Describe of its own. Where pgx keeps its statements on the
+			// server (cache_statement), the BEGIN is the guard's prepared
+			// statement, only bound: one parse fewer.
+			want := refParsed
+			if mode == "cache_statement" {
+				want--
+			}
+			if parsed != want {
+				t.Errorf("the server parses %.1f statements per cycle through pgadvisory, %.1f through pgx stdlib; want %.1f", parsed, refParsed, want)
 			}
 			if described != refDescribed {
 				t.Errorf("%.1f Describe messages per cycle through pgadvisory, %.1f through pgx stdlib", described, refDescribed)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgadvisory/pgadvisory/lockscan"
@@ -19,12 +20,15 @@ import (
 // statement after it takes it out (beginPrefix): the BEGIN goes as Parse,
 // Bind, Execute in front of the statement's unit, without a Sync of its own,
 // so that if it fails the server skips the rest of the unit; a simple Query
-// gets a Sync after it. The read side then drops the BEGIN's three replies
-// (observeBegin) or, if it failed, passes its error on and answers the
-// client's transaction as aborted (answerAborted) until it ends. A COMMIT or
-// ROLLBACK with nothing in between is answered here (endsUnsent), and a held
-// lock call the guard answers itself takes the BEGIN back (takeBackBegin),
-// to go with the next statement.
+// gets a Sync after it. Where pgx keeps its own statements on the server
+// (namedBeginOK), the BEGIN is a prepared statement of the session's
+// instead: parsed once (Close, Parse, Bind, Execute), then only bound (Bind,
+// Execute), which spares the server a parse per transaction. The read side
+// then drops the BEGIN's replies (observeBegin) or, if it failed, passes its
+// error on and answers the client's transaction as aborted (answerAborted)
+// until it ends. A COMMIT or ROLLBACK with nothing in between is answered
+// here (endsUnsent), and a held lock call the guard answers itself takes the
+// BEGIN back (takeBackBegin), to go with the next statement.
 
 // deferredBegin is the deferred BEGIN's state. c.mu held, except swallow,
 // which the read side loads without it.
@@ -36,6 +40,37 @@ type deferredBegin struct {
 	// encoded holds the last prefix's messages, reused by the next: a
 	// prefix lives only until the Write that sends it returns.
 	encoded []byte
+	named   namedBegin
+}
+
+// namedBeginStmt is the name of the deferred BEGIN's prepared statement.
+const namedBeginStmt = "pgadvisory_begin"
+
+// namedBegin is the deferred BEGIN as the session's prepared statement
+// namedBeginStmt. text is the BEGIN text it was parsed from, "" when there
+// is none or it may be gone (the client sent DEALLOCATE or DISCARD, closed
+// it, or a BEGIN bound to it failed); ready once its parse succeeded. One
+// text at a time: another BEGIN text goes unnamed.
+type namedBegin struct {
+	text  string
+	ready bool
+}
+
+// namedBeginOK reports whether the deferred BEGIN may be a prepared
+// statement of the session: pgx keeps its own statements there on this
+// connection (cache_statement), which the pool mode allows (direct or
+// session pooling), so the guard's lasts as long as pgx's do. c.mu held.
+func (c *guardConn) namedBeginOK() bool {
+	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe()
+}
+
+// forgetNamedBegin is called for a statement the client writes: one that
+// may drop the session's prepared statements leaves the guard's BEGIN to be
+// parsed again (after a Close, in case it is still there). c.mu held.
+func (c *guardConn) forgetNamedBegin(text string) {
+	if c.begin.named.text != "" && lockscan.DropsPrepared(text) {
+		c.begin.named = namedBegin{}
+	}
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
@@ -43,7 +78,10 @@ type deferredBegin struct {
 // CommandComplete to drop, or the BEGIN's ErrorResponse.
 type beginFlight struct {
 	active    bool
-	dropped   int  // of the three replies
+	replies   int  // the BEGIN's replies to drop: 3, 2 bound to namedBeginStmt, 4 parsing it
+	dropped   int  // of those
+	named     bool // bound to namedBeginStmt
+	parsing   bool // and parsing it first
 	failed    bool // an ErrorResponse came instead
 	extraSync bool // a Sync goes after the unit's simple Query (its ReadyForQuery is dropped)
 	syncSent  bool
@@ -105,12 +143,29 @@ func (c *guardConn) beginPrefix(t byte) []byte {
 	text := c.begin.pending
 	c.begin.pending = ""
 	c.begin.swallow.Store(1)
+	f := beginFlight{active: true, extraSync: t == 'Q', takeBack: text, replies: 3}
 	b := c.begin.encoded[:0]
-	b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
-	b, _ = (&pgproto3.Bind{}).Encode(b)
+	switch nb := &c.begin.named; {
+	case !c.namedBeginOK() || nb.text != "" && nb.text != text:
+		b, _ = (&pgproto3.Parse{Query: text}).Encode(b)
+		b, _ = (&pgproto3.Bind{}).Encode(b)
+	case nb.ready:
+		b, _ = (&pgproto3.Bind{PreparedStatement: namedBeginStmt}).Encode(b)
+		f.replies, f.named = 2, true
+	default:
+		// Not parsed yet, or perhaps gone: Close first, which is no error
+		// for a statement that is not there, so that one still there
+		// cannot make the Parse fail.
+		b, _ = (&pgproto3.Close{ObjectType: 'S', Name: namedBeginStmt}).Encode(b)
+		b, _ = (&pgproto3.Parse{Name: namedBeginStmt, Query: text}).Encode(b)
+		b, _ = (&pgproto3.Bind{PreparedStatement: namedBeginStmt}).Encode(b)
+		f.replies, f.named, f.parsing = 4, true, true
+		nb.text = text
+	}
 	b, _ = (&pgproto3.Execute{}).Encode(b)
 	c.begin.encoded = b
-	c.begin.flight = beginFlight{active: true, extraSync: t == 'Q', takeBack: text, prefix: b}
+	f.prefix = b
+	c.begin.flight = f
 	return b
 }
 
@@ -138,6 +193,9 @@ func (c *guardConn) takeBackBegin(out net.Buffers) bool {
 	c.begin.pending = b.takeBack
 	if b.syncSent {
 		c.sent-- // the Sync is not written
+	}
+	if b.parsing {
+		c.begin.named = namedBegin{} // not parsed: the prefix is not written
 	}
 	c.begin.flight = beginFlight{}
 	c.begin.swallow.Store(0)
@@ -186,9 +244,12 @@ func abortedError() []byte {
 func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
 	b := &c.begin.flight
 	switch {
-	case !b.failed && b.dropped < 3 && (t == '1' || t == '2' || t == 'C'):
+	case !b.failed && b.dropped < b.replies && (t == '1' || t == '2' || t == '3' || t == 'C'):
 		b.dropped++
-		if b.dropped == 3 {
+		if b.dropped == b.replies {
+			if b.parsing && c.begin.named.text != "" { // not forgotten since
+				c.begin.named.ready = true
+			}
 			if b.extraSync {
 				b.dropRFQ = true
 			} else {
@@ -196,10 +257,13 @@ func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
 			}
 		}
 		return []byte{}, true
-	case !b.failed && b.dropped < 3 && t == 'E':
+	case !b.failed && b.dropped < b.replies && t == 'E':
 		// The BEGIN failed; the server skips the unit up to its Sync. The
 		// client reads this error for its first statement.
 		b.failed = true
+		if b.named {
+			c.begin.named = namedBegin{} // parse it again, after a Close
+		}
 		return nil, true
 	case t == 'Z' && len(body) == 1 && b.failed:
 		// The Sync's ReadyForQuery ends the unit. The server is outside a

@@ -87,15 +87,22 @@ func BenchmarkGuardLockCycle(b *testing.B) {
 	} {
 		for _, drv := range []string{"plain", "guard"} {
 			b.Run("mode="+mode.name+"/driver="+drv, func(b *testing.B) {
-				tr := &sinkTransaction{steps: lockCycleSteps(drv == "guard")}
+				tr := &sinkTransaction{steps: lockCycleSteps(nil)}
+				named := mode.name == "direct" // the deferred BEGIN is a prepared statement
 				if drv == "guard" {
 					tr.gc, tr.sc = newSink(b, append(mode.opts, WithPipelineBegin(true))...)
+					_, first := deferredBeginWire(named, true)
+					tr.steps = lockCycleSteps(first)
 				} else {
 					tr.sc = &sinkConn{}
 					tr.gc = tr.sc
 				}
 				if err := tr.run(); err != nil {
 					b.Fatal(err)
+				}
+				if drv == "guard" {
+					_, replies := deferredBeginWire(named, false)
+					tr.steps = lockCycleSteps(replies)
 				}
 				b.ReportAllocs()
 				for b.Loop() {

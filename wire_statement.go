@@ -98,7 +98,14 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 			return nil, &ProtocolError{Direction: "frontend", Type: t, Msg: "function call without a function"}
 		}
 		return c.functionCall(binary.BigEndian.Uint32(msg[5:9])), nil
-	case 'E', 'D', 'C', 'H':
+	case 'C':
+		c.unit.open = true
+		if c.begin.named.text != "" && len(msg) > 6 && msg[5] == 'S' {
+			if name, _ := cstring(msg[6:]); name == namedBeginStmt {
+				c.begin.named = namedBegin{} // the client closed the guard's BEGIN
+			}
+		}
+	case 'E', 'D', 'H':
 		c.unit.open = true
 	case 'S':
 		c.sent++
@@ -117,6 +124,7 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 			return c.refuse(t, err)
 		}
 	}
+	c.forgetNamedBegin(text)
 	tx := lockscan.Transaction(text)
 	var pre settingsScan
 	if c.g.holdEnabled() {

@@ -974,9 +974,10 @@ func TestWireDeferredBeginLargeUnit(t *testing.T) {
 // have answered.
 func TestWireDeferredBeginAllocs(t *testing.T) {
 	for _, mode := range []struct {
-		name string
-		opt  Option
-	}{{"direct", direct}, {"transaction", transaction}} {
+		name  string
+		opt   Option
+		named bool // the deferred BEGIN is a prepared statement
+	}{{"direct", direct, true}, {"transaction", transaction, false}} {
 		t.Run(mode.name, func(t *testing.T) {
 			gc, sc := newSink(t, mode.opt, WithPipelineBegin(true), WithPreparedStatements(true))
 			begin := mustEnc(&pgproto3.Query{String: "begin"})
@@ -985,22 +986,27 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 			commitAnswer := mustEnc(&pgproto3.CommandComplete{CommandTag: []byte("COMMIT")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 			stmtAnswer := mustEnc(&pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
 				&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
-			serverStmt := append(mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
-				&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}), stmtAnswer...)
 			unit := bytes.Clone(bindExecSync)
-			tr := &sinkTransaction{gc: gc, sc: sc, steps: []sinkStep{
-				{"BEGIN", begin, nil, beginAnswer},
-				{"the statement", unit, serverStmt, stmtAnswer},
-				{"COMMIT", commit, commitAnswer, commitAnswer},
-				{"BEGIN of an empty transaction", begin, nil, beginAnswer},
-				{"its COMMIT", commit, nil, commitAnswer},
-			}}
+			steps := func(beginReplies []byte) []sinkStep {
+				return []sinkStep{
+					{"BEGIN", begin, nil, beginAnswer},
+					{"the statement", unit, append(bytes.Clone(beginReplies), stmtAnswer...), stmtAnswer},
+					{"COMMIT", commit, commitAnswer, commitAnswer},
+					{"BEGIN of an empty transaction", begin, nil, beginAnswer},
+					{"its COMMIT", commit, nil, commitAnswer},
+				}
+			}
+			_, firstReplies := deferredBeginWire(mode.named, true)
+			tr := &sinkTransaction{gc: gc, sc: sc, steps: steps(firstReplies)}
 			var err error
 			runTransaction := func() {
 				if err == nil {
 					err = tr.run()
 				}
 			}
+			runTransaction()
+			deferred, replies := deferredBeginWire(mode.named, false)
+			tr.steps = steps(replies)
 			before := sc.received
 			runTransaction()
 			if err != nil {
@@ -1008,7 +1014,6 @@ func TestWireDeferredBeginAllocs(t *testing.T) {
 			}
 			// The server got the BEGIN in front of the statement, and the
 			// COMMIT: nothing of the empty transaction.
-			deferred := mustEnc(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{})
 			if sent, want := sc.received-before, len(deferred)+len(unit)+len(commit); sent != want {
 				t.Fatalf("the server got %d bytes, want %d", sent, want)
 			}
@@ -1075,7 +1080,10 @@ func (tr *sinkTransaction) run() error {
 // advisory.WithTimeout with its arguments bound, Commit) and what the
 // server answers. Guarded, the guard answers the BEGIN and sends it in front
 // of the lock statement, and drops its replies.
-func lockCycleSteps(guarded bool) []sinkStep {
+//
+// beginReplies are the server's replies to the deferred BEGIN that the
+// guard drops (deferredBeginWire), nil for the plain cycle.
+func lockCycleSteps(beginReplies []byte) []sinkStep {
 	begin := mustEnc(&pgproto3.Query{String: "begin"})
 	commit := mustEnc(&pgproto3.Query{String: "commit"})
 	lock := mustEnc(&pgproto3.Parse{Query: "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)"},
@@ -1094,12 +1102,33 @@ func lockCycleSteps(guarded bool) []sinkStep {
 		{"the lock", lock, lockAnswer, lockAnswer},
 		{"COMMIT", commit, commitAnswer, commitAnswer},
 	}
-	if guarded {
+	if beginReplies != nil {
 		steps[0].server = nil
-		steps[1].server = append(mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
-			&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}), lockAnswer...)
+		steps[1].server = append(bytes.Clone(beginReplies), lockAnswer...)
 	}
 	return steps
+}
+
+// deferredBeginWire returns what the guard sends in front of a
+// transaction's first unit for a deferred "begin", and the server's replies
+// to it, which the guard drops: where pgx keeps its statements on the
+// server (named: cache_statement, direct or session pooling) the BEGIN is
+// the session's prepared statement, parsed in the connection's first
+// transaction (first) and only bound after that; elsewhere it is parsed as
+// the unnamed statement every time.
+func deferredBeginWire(named, first bool) (sent, replies []byte) {
+	switch {
+	case !named:
+		return mustEnc(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}),
+			mustEnc(&pgproto3.ParseComplete{}, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
+	case first:
+		return mustEnc(&pgproto3.Close{ObjectType: 'S', Name: namedBeginStmt}, &pgproto3.Parse{Name: namedBeginStmt, Query: "begin"},
+				&pgproto3.Bind{PreparedStatement: namedBeginStmt}, &pgproto3.Execute{}),
+			mustEnc(&pgproto3.CloseComplete{}, &pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+				&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
+	}
+	return mustEnc(&pgproto3.Bind{PreparedStatement: namedBeginStmt}, &pgproto3.Execute{}),
+		mustEnc(&pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("BEGIN")})
 }
 
 // TestWireLockCycleAllocs: a transaction-level lock cycle costs the guard
@@ -1108,18 +1137,24 @@ func lockCycleSteps(guarded bool) []sinkStep {
 // pool mode that allows it, and the client reads what PostgreSQL answers.
 func TestWireLockCycleAllocs(t *testing.T) {
 	for _, mode := range []struct {
-		name string
-		opt  Option
-	}{{"direct", direct}, {"session", WithPoolMode(poolmode.Session)}, {"transaction", transaction}} {
+		name  string
+		opt   Option
+		named bool // the deferred BEGIN is a prepared statement
+	}{{"direct", direct, true}, {"session", WithPoolMode(poolmode.Session), true}, {"transaction", transaction, false}} {
 		t.Run(mode.name, func(t *testing.T) {
 			gc, sc := newSink(t, mode.opt, WithPipelineBegin(true))
-			tr := &sinkTransaction{gc: gc, sc: sc, steps: lockCycleSteps(true)}
+			_, firstReplies := deferredBeginWire(mode.named, true)
+			tr := &sinkTransaction{gc: gc, sc: sc, steps: lockCycleSteps(firstReplies)}
+			if err := tr.run(); err != nil {
+				t.Fatal(err)
+			}
+			deferred, replies := deferredBeginWire(mode.named, false)
+			tr.steps = lockCycleSteps(replies)
 			before := sc.received
 			if err := tr.run(); err != nil {
 				t.Fatal(err)
 			}
 			// Sent: the BEGIN in front of the lock statement, the COMMIT.
-			deferred := mustEnc(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{})
 			if sent, want := sc.received-before, len(deferred)+len(tr.steps[1].write)+len(tr.steps[2].write); sent != want {
 				t.Fatalf("the server got %d bytes, want %d", sent, want)
 			}

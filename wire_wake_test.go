@@ -168,30 +168,54 @@ func copyFrontend(m pgproto3.FrontendMessage) pgproto3.FrontendMessage {
 // transaction's first statement (skipped by the server up to its Sync)
 // returns BEGIN's error, later statements fail with 25P02 without reaching
 // the server, and COMMIT ends as ROLLBACK: nothing runs outside a
-// transaction. Both a simple Query and an extended first unit.
+// transaction. Both a simple Query and an extended first unit, with the
+// BEGIN parsed as the unnamed statement (transaction pooling) and as the
+// session's prepared statement (direct), which is parsed again in the next
+// transaction.
 func TestWireDeferredBeginFailsEveryUnit(t *testing.T) {
-	for _, simple := range []bool{true, false} {
-		name := map[bool]string{true: "simple", false: "extended"}[simple]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		simple bool
+		mode   poolmode.Mode
+	}{
+		{"simple", true, poolmode.Transaction}, {"extended", false, poolmode.Transaction},
+		{"simple/named", true, poolmode.Direct}, {"extended/named", false, poolmode.Direct},
+	} {
+		simple, named := tc.simple, tc.mode == poolmode.Direct
+		t.Run(tc.name, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-			ps := newPipeServer(t, WithPoolMode(poolmode.Direct))
+			ps := newPipeServer(t, WithPoolMode(tc.mode))
+			// beginSent sends the transaction's first unit and checks that the
+			// server got the deferred BEGIN, parsed, in front of it.
+			beginSent := func() (done chan error) {
+				var n int
+				if simple {
+					done = ps.clientSendAsync(&pgproto3.Query{String: "INSERT INTO t VALUES (1)"})
+					n = 2 // the Query, the Sync
+				} else {
+					done = ps.clientSendAsync(&pgproto3.Parse{Query: "INSERT INTO t VALUES (1)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+					n = 4
+				}
+				n += 3 // Parse, Bind, Execute of the BEGIN
+				if named {
+					n++ // the Close in front of its Parse
+				}
+				got := ps.serverExpect(n)
+				if named {
+					if c, ok := got[0].(*pgproto3.Close); !ok || c.ObjectType != 'S' || c.Name != namedBeginStmt {
+						t.Fatalf("first message on the wire %T %+v, want the Close of the guard's BEGIN", got[0], got[0])
+					}
+					got = got[1:]
+				}
+				if p, ok := got[0].(*pgproto3.Parse); !ok || p.Query != "begin read only" || p.Name != map[bool]string{true: namedBeginStmt}[named] {
+					t.Fatalf("message on the wire %T %+v, want the deferred BEGIN's Parse", got[0], got[0])
+				}
+				return done
+			}
 			ps.clientSend(&pgproto3.Query{String: "begin read only"})
 			ps.clientExpect(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
 			ps.serverGetsNothing()
-
-			var done chan error
-			var n int
-			if simple {
-				done = ps.clientSendAsync(&pgproto3.Query{String: "INSERT INTO t VALUES (1)"})
-				n = 5 // Parse, Bind, Execute of the BEGIN, the Query, the Sync
-			} else {
-				done = ps.clientSendAsync(&pgproto3.Parse{Query: "INSERT INTO t VALUES (1)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
-				n = 7
-			}
-			got := ps.serverExpect(n)
-			if p, ok := got[0].(*pgproto3.Parse); !ok || p.Query != "begin read only" {
-				t.Fatalf("first message on the wire %T %+v, want the deferred BEGIN's Parse", got[0], got[0])
-			}
+			done := beginSent()
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
@@ -215,6 +239,15 @@ func TestWireDeferredBeginFailsEveryUnit(t *testing.T) {
 			<-done
 			ps.serverSend(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 			ps.clientExpect(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+
+			// The next transaction's BEGIN is parsed again: a prepared one
+			// may be what failed.
+			ps.clientSend(&pgproto3.Query{String: "begin read only"})
+			ps.clientExpect(&pgproto3.CommandComplete{CommandTag: []byte("BEGIN")}, &pgproto3.ReadyForQuery{TxStatus: 'T'})
+			done = beginSent()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

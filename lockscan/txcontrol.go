@@ -189,6 +189,30 @@ func Transaction(query string) TxControl {
 	return t
 }
 
+// DropsPrepared reports whether query's first statement may drop the
+// session's prepared statements: it starts with the keyword DEALLOCATE or
+// DISCARD (DEALLOCATE name | ALL, DISCARD ALL; the other DISCARD forms keep
+// them, and are reported too). It reads the first statement's first word
+// the way Transaction does, without allocating, and errs towards true. A
+// later statement of a query that holds several, or a statement that
+// server-side code runs, is not seen: only what the client writes as its
+// first statement is.
+func DropsPrepared(query string) bool {
+	l := txLexer{s: query}
+	start := l.skip(0)
+	for start < len(query) && query[start] == ';' {
+		start = l.skip(start + 1)
+	}
+	w, _ := l.word(start)
+	switch len(w) {
+	case len("deallocate"):
+		return strings.EqualFold(w, "deallocate")
+	case len("discard"):
+		return strings.EqualFold(w, "discard")
+	}
+	return false
+}
+
 // commonTx holds the lexer's readings of the common texts Transaction
 // answers without lexing; read is set once they are in.
 var commonTx struct {

@@ -280,3 +280,72 @@ func BenchmarkTransaction(b *testing.B) {
 		})
 	}
 }
+
+// treeFirstStmt returns the node type of query's first statement in
+// PostgreSQL's parse tree ("DeallocateStmt", "SelectStmt", ...), or "" when
+// the parser rejects query or it holds no statement.
+func treeFirstStmt(t testing.TB, query string) string {
+	js, err := parseToJSON(query, 0)
+	if err != nil {
+		return ""
+	}
+	root, err := parseJSON(js)
+	if err != nil {
+		t.Fatalf("parse tree of %q: %v", query, err)
+	}
+	list, _ := root.get("stmts")
+	if list == nil || len(list.arr) == 0 {
+		return ""
+	}
+	stmt, _ := list.arr[0].get("stmt")
+	if stmt == nil || len(stmt.obj) != 1 {
+		return ""
+	}
+	return stmt.obj[0].key
+}
+
+// TestDropsPrepared checks DropsPrepared against PostgreSQL's parser: every
+// query whose first statement the parser reads as DEALLOCATE or DISCARD is
+// reported, and nothing the parser reads as another statement is.
+func TestDropsPrepared(t *testing.T) {
+	queries := []string{
+		"DEALLOCATE ALL", "deallocate all", "DEALLOCATE PREPARE ALL", "deallocate stmtcache_1",
+		"Deallocate \"Pgadvisory_begin\"", "DISCARD ALL", "discard plans", "DISCARD TEMP", "discard sequences",
+		" /* c */ -- d\n DEALLOCATE ALL", ";;DISCARD ALL", "DEALLOCATE ALL; SELECT 1", "/* a /* nested */ b */discard all",
+		"select 1", "SELECT 'deallocate all'", "SELECT 1; DEALLOCATE ALL", "begin", "deallocatex", "discard_all()",
+		"do $$ begin execute 'deallocate all'; end $$", "prepare p as select 1", "execute p", "",
+	}
+	words := []string{"deallocate", "DISCARD", "all", "prepare", "plans", "temp", "x", "select", "1", ";", "'s'", "(", ")"}
+	r := rand.New(rand.NewPCG(20261207, 1))
+	for range 3000 {
+		var b strings.Builder
+		for range 1 + r.IntN(4) {
+			b.WriteString(txSeparators[r.IntN(len(txSeparators))])
+			b.WriteString(words[r.IntN(len(words))])
+		}
+		queries = append(queries, b.String())
+	}
+	reported, parsed := 0, 0
+	for _, q := range queries {
+		got := DropsPrepared(q)
+		if got {
+			reported++
+		}
+		switch kind := treeFirstStmt(t, q); kind {
+		case "DeallocateStmt", "DiscardStmt":
+			parsed++
+			if !got {
+				t.Errorf("DropsPrepared(%q) = false; its first statement is a %s", q, kind)
+			}
+		case "":
+		default:
+			if got {
+				t.Errorf("DropsPrepared(%q) = true; its first statement is a %s", q, kind)
+			}
+		}
+	}
+	if parsed < 50 {
+		t.Fatalf("only %d queries start with DEALLOCATE or DISCARD as the parser reads them: the test no longer exercises it", parsed)
+	}
+	t.Logf("%d queries, %d reported, %d that the parser reads as DEALLOCATE or DISCARD", len(queries), reported, parsed)
+}
