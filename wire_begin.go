@@ -74,8 +74,9 @@ func (c *guardConn) forgetNamedBegin(text string) {
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
-// of the transaction's first unit: ParseComplete, BindComplete and
-// CommandComplete to drop, or the BEGIN's ErrorResponse.
+// of the transaction's first unit: CloseComplete and ParseComplete (as it
+// was sent), BindComplete and CommandComplete to drop, or the BEGIN's
+// ErrorResponse.
 type beginFlight struct {
 	active    bool
 	replies   int  // the BEGIN's replies to drop: 3, 2 bound to namedBeginStmt, 4 parsing it
