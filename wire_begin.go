@@ -64,15 +64,6 @@ func (c *guardConn) namedBeginOK() bool {
 	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe()
 }
 
-// forgetNamedBegin is called for a statement the client writes: one that
-// may drop the session's prepared statements leaves the guard's BEGIN to be
-// parsed again (after a Close, in case it is still there). c.mu held.
-func (c *guardConn) forgetNamedBegin(text string) {
-	if c.begin.named.text != "" && lockscan.DropsPrepared(text) {
-		c.begin.named = namedBegin{}
-	}
-}
-
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
 // of the transaction's first unit: CloseComplete and ParseComplete (as it
 // was sent), BindComplete and CommandComplete to drop, or the BEGIN's

@@ -124,8 +124,11 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 			return c.refuse(t, err)
 		}
 	}
-	c.forgetNamedBegin(text)
 	tx := lockscan.Transaction(text)
+	if tx.DropsPrepared {
+		// It may drop the guard's BEGIN: parse that again, after a Close.
+		c.begin.named = namedBegin{}
+	}
 	var pre settingsScan
 	if c.g.holdEnabled() {
 		pre = c.trackLockTimeout(text, tx)

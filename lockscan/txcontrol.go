@@ -57,6 +57,13 @@ type TxControl struct {
 	// but white space, comments and semicolons follows it. It is set only
 	// for grammatical statements.
 	Lone bool
+	// DropsPrepared reports that the first statement starts with the
+	// keyword DEALLOCATE or DISCARD, which may drop the session's prepared
+	// statements (DEALLOCATE name | ALL, DISCARD ALL; the other DISCARD
+	// forms, which keep them, are reported too). Kind is TxNone then. A
+	// later statement of the query, or one that server-side code runs, is
+	// not seen.
+	DropsPrepared bool
 
 	start bool // START TRANSACTION, not BEGIN
 }
@@ -90,7 +97,8 @@ func (t TxControl) Ends() bool {
 // transaction (ROLLBACK TO [SAVEPOINT] name, COMMIT/ROLLBACK PREPARED). The
 // modes are ISOLATION LEVEL {SERIALIZABLE | REPEATABLE READ | READ COMMITTED
 // | READ UNCOMMITTED}, READ WRITE, READ ONLY, [NOT] DEFERRABLE, separated by
-// commas or white space.
+// commas or white space. It also tells a first statement that starts with
+// DEALLOCATE or DISCARD (DropsPrepared).
 //
 // It is a lexical reader for the hot path — every statement a connection
 // sends — and never allocates: white space and comments between words are
@@ -120,8 +128,9 @@ func Transaction(query string) TxControl {
 	}
 	w, i := l.word(start)
 	var t TxControl
-	// Each length of word has one keyword (two of five letters, told
-	// apart by the first): most statements end here, after one comparison.
+	// Each length of word has one keyword (three of five letters and two
+	// of seven, told apart by the first): most statements end here, after
+	// one comparison. DEALLOCATE and DISCARD are read too (DropsPrepared).
 	var kw string
 	switch len(w) {
 	case 3:
@@ -138,14 +147,23 @@ func Transaction(query string) TxControl {
 	case 6:
 		kw = "commit"
 	case 7:
-		kw = "prepare"
+		switch w[0] | 0x20 {
+		case 'p':
+			kw = "prepare"
+		case 'd':
+			kw = "discard"
+		}
 	case 8:
 		kw = "rollback"
+	case 10:
+		kw = "deallocate"
 	}
 	if kw == "" || !strings.EqualFold(w, kw) {
 		return t
 	}
 	switch kw {
+	case "deallocate", "discard":
+		return TxControl{DropsPrepared: true}
 	case "begin":
 		t.Kind = TxBegin
 		i = l.optTransaction(i)
@@ -187,30 +205,6 @@ func Transaction(query string) TxControl {
 	}
 	t.Lone = i == len(query) && !l.unterminated
 	return t
-}
-
-// DropsPrepared reports whether query's first statement may drop the
-// session's prepared statements: it starts with the keyword DEALLOCATE or
-// DISCARD (DEALLOCATE name | ALL, DISCARD ALL; the other DISCARD forms keep
-// them, and are reported too). It reads the first statement's first word
-// the way Transaction does, without allocating, and errs towards true. A
-// later statement of a query that holds several, or a statement that
-// server-side code runs, is not seen: only what the client writes as its
-// first statement is.
-func DropsPrepared(query string) bool {
-	l := txLexer{s: query}
-	start := l.skip(0)
-	for start < len(query) && query[start] == ';' {
-		start = l.skip(start + 1)
-	}
-	w, _ := l.word(start)
-	switch len(w) {
-	case len("deallocate"):
-		return strings.EqualFold(w, "deallocate")
-	case len("discard"):
-		return strings.EqualFold(w, "discard")
-	}
-	return false
 }
 
 // commonTx holds the lexer's readings of the common texts Transaction

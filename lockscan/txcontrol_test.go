@@ -304,10 +304,11 @@ func treeFirstStmt(t testing.TB, query string) string {
 	return stmt.obj[0].key
 }
 
-// TestDropsPrepared checks DropsPrepared against PostgreSQL's parser: every
+// TestTransactionDropsPrepared checks Transaction's DropsPrepared against
+// PostgreSQL's parser: every
 // query whose first statement the parser reads as DEALLOCATE or DISCARD is
 // reported, and nothing the parser reads as another statement is.
-func TestDropsPrepared(t *testing.T) {
+func TestTransactionDropsPrepared(t *testing.T) {
 	queries := []string{
 		"DEALLOCATE ALL", "deallocate all", "DEALLOCATE PREPARE ALL", "deallocate stmtcache_1",
 		"Deallocate \"Pgadvisory_begin\"", "DISCARD ALL", "discard plans", "DISCARD TEMP", "discard sequences",
@@ -327,7 +328,11 @@ func TestDropsPrepared(t *testing.T) {
 	}
 	reported, parsed := 0, 0
 	for _, q := range queries {
-		got := DropsPrepared(q)
+		tx := Transaction(q)
+		got := tx.DropsPrepared
+		if got && tx.Kind != TxNone {
+			t.Errorf("Transaction(%q) = %+v: DropsPrepared with a transaction kind", q, tx)
+		}
 		if got {
 			reported++
 		}
@@ -335,12 +340,12 @@ func TestDropsPrepared(t *testing.T) {
 		case "DeallocateStmt", "DiscardStmt":
 			parsed++
 			if !got {
-				t.Errorf("DropsPrepared(%q) = false; its first statement is a %s", q, kind)
+				t.Errorf("Transaction(%q).DropsPrepared = false; its first statement is a %s", q, kind)
 			}
 		case "":
 		default:
 			if got {
-				t.Errorf("DropsPrepared(%q) = true; its first statement is a %s", q, kind)
+				t.Errorf("Transaction(%q).DropsPrepared = true; its first statement is a %s", q, kind)
 			}
 		}
 	}
