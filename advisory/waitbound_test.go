@@ -4,26 +4,31 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
 
-// watch does what pgx does with a call's context (pgconn's ContextWatcher):
-// it watches ctx for cancellation while the call runs.
+// noCancel is a ctxwatch.Handler that does nothing: the benchmark's
+// contexts are not canceled.
+type noCancel struct{}
+
+func (noCancel) HandleCancel(context.Context) {}
+func (noCancel) HandleUnwatchAfterCancel()    {}
+
+// watcher watches each call's context as pgconn does for every query.
+var watcher = ctxwatch.NewContextWatcher(noCancel{})
+
+// watch is one pgx call's watching of ctx.
 func watch(ctx context.Context) {
-	if ctx.Done() == nil {
-		return
-	}
-	done := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { close(done) })
-	if !stop() {
-		<-done
-	}
+	watcher.Watch(ctx)
+	watcher.Unwatch()
 }
 
 // BenchmarkWaitBound measures what WithTimeout's bound costs a
 // WithXactLock cycle on the client, without a server: the three pgx calls
 // of a cycle (BEGIN and the lock statement under the bound, COMMIT under the
-// caller's context) with the bound around the first two, against the same
-// calls without it.
+// caller's context), each watched by pgconn's own ContextWatcher, with the
+// bound around the first two, against the same calls without it.
 //
 //	go test -run '^$' -bench WaitBound -benchmem -count 8 ./advisory
 func BenchmarkWaitBound(b *testing.B) {
