@@ -172,8 +172,11 @@
 // query's first statement, or a Close of that name, makes the guard parse
 // it again; one that server-side code runs (EXECUTE in PL/pgSQL) fails the
 // next transaction's first statement with 26000, as it fails pgx's own
-// cached statements. WithPipelineBegin or pgadvisory_pipeline_begin=false
-// turns the deferred BEGIN off.
+// cached statements. A statement of that name the client parses (pgx's
+// Prepare) is the client's: the guard's BEGIN goes unnamed on that
+// connection from then on (a SQL PREPARE of the name is not seen).
+// WithPipelineBegin or pgadvisory_pipeline_begin=false turns the deferred
+// BEGIN off.
 //
 // # DSN parameters
 //

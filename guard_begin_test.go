@@ -266,3 +266,81 @@ func TestGuardNamedBegin(t *testing.T) {
 }
 
 var _ = context.Background
+
+// namedBeginName is the name of the guard's prepared BEGIN.
+const namedBeginName = "pgadvisory_begin"
+
+// A client statement of the guard's name is the client's: the guard never
+// closes it or binds it as its BEGIN, and its deferred BEGIN goes unnamed
+// on that connection from then on. Prepared before the guard's first
+// transaction, it keeps its own text; prepared after, the server refuses
+// the client's Parse (42P05, as for any name in use), the guard's BEGIN
+// still works, and once the client has closed the name it may prepare it.
+func TestGuardNamedBeginClientName(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	ctx := t.Context()
+	// session runs f on a connection of its own through a proxy.
+	session := func(f func(conn *pgxpool.Conn, p *turnProxy)) {
+		pool, p := pinnedPool(t, c.DirectDSN())
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		f(conn, p)
+	}
+	transaction := func(conn *pgxpool.Conn, what string) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// keepsClientStatement runs two transactions on conn and checks that the
+	// guard sent no Close and that the client's statement still answers.
+	keepsClientStatement := func(conn *pgxpool.Conn, p *turnProxy, what string) {
+		t.Helper()
+		p.reset()
+		transaction(conn, what+": first transaction")
+		transaction(conn, what+": second transaction")
+		if n := p.sent('C'); n != 0 {
+			t.Errorf("%s: the guard sent %d Close messages, want 0", what, n)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, namedBeginName).Scan(&n); err != nil || n != 42 {
+			t.Errorf("%s: the client's statement %q returned %d (%v), want 42", what, namedBeginName, n, err)
+		}
+		if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("%s: transaction status %q after the client's statement, want 'I'", what, st)
+		}
+	}
+
+	session(func(conn *pgxpool.Conn, p *turnProxy) {
+		if _, err := conn.Conn().Prepare(ctx, namedBeginName, "SELECT 42"); err != nil {
+			t.Fatal(err)
+		}
+		keepsClientStatement(conn, p, "prepared before the guard's")
+	})
+	session(func(conn *pgxpool.Conn, p *turnProxy) {
+		transaction(conn, "the guard's statement prepared")
+		var pe *pgconn.PgError
+		if _, err := conn.Conn().Prepare(ctx, namedBeginName, "SELECT 42"); !errors.As(err, &pe) || pe.Code != "42P05" {
+			t.Fatalf("the client's Parse of the guard's statement's name: %v, want 42P05", err)
+		}
+		transaction(conn, "after the client's Parse failed")
+		if err := conn.Conn().Deallocate(ctx, namedBeginName); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Conn().Prepare(ctx, namedBeginName, "SELECT 42"); err != nil {
+			t.Fatal(err)
+		}
+		keepsClientStatement(conn, p, "prepared after the guard's was closed")
+	})
+}

@@ -41,6 +41,11 @@ type deferredBegin struct {
 	// prefix lives only until the Write that sends it returns.
 	encoded []byte
 	named   namedBegin
+	// nameTaken: the client parsed a statement of namedBeginStmt's name on
+	// this connection. The name is the client's from then on: the BEGIN
+	// goes unnamed, so that the guard never closes or binds the client's
+	// statement.
+	nameTaken bool
 }
 
 // namedBeginStmt is the name of the deferred BEGIN's prepared statement.
@@ -59,9 +64,10 @@ type namedBegin struct {
 // namedBeginOK reports whether the deferred BEGIN may be a prepared
 // statement of the session: pgx keeps its own statements there on this
 // connection (cache_statement), which the pool mode allows (direct or
-// session pooling), so the guard's lasts as long as pgx's do. c.mu held.
+// session pooling), so the guard's lasts as long as pgx's do; and the
+// client has not taken the name for a statement of its own. c.mu held.
 func (c *guardConn) namedBeginOK() bool {
-	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe()
+	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe() && !c.begin.nameTaken
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
