@@ -87,8 +87,8 @@ func TestBadInputNeverReachesTheServer(t *testing.T) {
 // into a tiny one ("wait forever" must not become "give up at once").
 func TestHugeDurationsClamp(t *testing.T) {
 	for _, d := range []time.Duration{time.Duration(math.MaxInt64), 1 << 62, 30 * 24 * time.Hour} {
-		if got := millis(d); got != "2147483647ms" {
-			t.Errorf("millis(%v) = %s, want the int4 maximum", d, got)
+		if got := millisArg(d); got != "2147483647ms" {
+			t.Errorf("millisArg(%v) = %v, want the int4 maximum", d, got)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -105,7 +106,7 @@ func TestLockIDsRoundTrip(t *testing.T) {
 	}
 }
 
-func TestMillis(t *testing.T) {
+func TestMillisArg(t *testing.T) {
 	cases := []struct {
 		d    time.Duration
 		want string
@@ -121,15 +122,43 @@ func TestMillis(t *testing.T) {
 		{time.Duration(math.MaxInt64), "2147483647ms"}, // no overflow into a tiny timeout
 	}
 	for _, c := range cases {
-		if got := millis(c.d); got != c.want {
-			t.Errorf("millis(%v) = %q, want %q", c.d, got, c.want)
+		if got := millisArg(c.d); got != c.want {
+			t.Errorf("millisArg(%v) = %#v, want %q", c.d, got, c.want)
 		}
 	}
-	// It runs on every lock with a wait limit: the string is its one
-	// allocation.
-	if n := testing.AllocsPerRun(100, func() { _ = millis(4999 * time.Millisecond) }); n != 1 {
-		t.Errorf("millis allocates %v times, want 1", n)
+	// It runs on every lock with a wait limit: the value made last costs no
+	// allocation; another costs its text and its box, and is kept instead.
+	for _, c := range []struct {
+		d    time.Duration
+		want float64
+	}{{4999 * time.Millisecond, 0}, {4998500 * time.Microsecond, 0}} {
+		millisArg(c.d)
+		if n := testing.AllocsPerRun(100, func() { _ = millisArg(c.d) }); n != c.want {
+			t.Errorf("millisArg(%v) again allocates %v times, want %v", c.d, n, c.want)
+		}
 	}
+	var d time.Duration
+	if n := testing.AllocsPerRun(100, func() { d += time.Second; _ = millisArg(d) }); n != 2 {
+		t.Errorf("millisArg of a new value allocates %v times, want 2", n)
+	}
+}
+
+// millisArg's kept value is shared by every goroutine: values made at once
+// are each right (run with -race).
+func TestMillisArgConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				ms := 1 + (g+i)%3
+				if got, want := millisArg(time.Duration(ms)*time.Millisecond), strconv.Itoa(ms)+"ms"; got != want {
+					t.Errorf("millisArg(%dms) = %#v", ms, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestBuildLock(t *testing.T) {
@@ -139,14 +168,14 @@ func TestBuildLock(t *testing.T) {
 		query string
 		nargs int
 	}{
-		{"plain", buildLock(&lockArgs{}, IntKey(1), false, false, false, "", "", false),
+		{"plain", buildLock(&lockArgs{}, IntKey(1), false, false, false, nil, nil, false),
 			"SELECT pg_advisory_xact_lock($1)", 1},
 		{"all", buildLock(&lockArgs{}, PairKey(1, 2), false, true, false, "5ms", "7ms", true),
 			"SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true), " +
 				"set_config('idle_in_transaction_session_timeout', $2, true), pg_advisory_xact_lock_shared($3::int4, $4::int4)", 4},
-		{"try-session", buildLock(&lockArgs{}, IntKey(1), true, false, true, "", "", false),
+		{"try-session", buildLock(&lockArgs{}, IntKey(1), true, false, true, nil, nil, false),
 			"SELECT pg_try_advisory_lock($1)", 1},
-		{"restore-without-timeout", buildLock(&lockArgs{}, IntKey(1), false, false, false, "", "", true),
+		{"restore-without-timeout", buildLock(&lockArgs{}, IntKey(1), false, false, false, nil, nil, true),
 			"SELECT pg_advisory_xact_lock($1)", 1},
 	}
 	for _, c := range cases {
@@ -159,18 +188,19 @@ func TestBuildLock(t *testing.T) {
 	}
 }
 
-// TestBuildLockAllocs: the argument list lives in the call's config; what
-// building the statement allocates is boxing the values that need it (a
-// string, an int64 of 256 or more), no list.
+// TestBuildLockAllocs: the argument list lives in the call's config and
+// the settings come boxed (millisArg); what building the statement
+// allocates is boxing a key that needs it (an int64 of 256 or more), no list.
 func TestBuildLockAllocs(t *testing.T) {
 	var a lockArgs
+	timeout := millisArg(5 * time.Second)
 	for _, c := range []struct {
 		key     Key
-		timeout string
+		timeout any
 		want    float64
-	}{{IntKey(7), "", 0}, {IntKey(1 << 40), "", 1}, {IntKey(1 << 40), "5000ms", 2}} {
-		if n := testing.AllocsPerRun(100, func() { buildLock(&a, c.key, false, false, false, c.timeout, "", false) }); n != c.want {
-			t.Errorf("buildLock(%v, timeout %q) allocates %v times, want %v", c.key, c.timeout, n, c.want)
+	}{{IntKey(7), nil, 0}, {IntKey(1 << 40), nil, 1}, {IntKey(1 << 40), timeout, 1}} {
+		if n := testing.AllocsPerRun(100, func() { buildLock(&a, c.key, false, false, false, c.timeout, nil, false) }); n != c.want {
+			t.Errorf("buildLock(%v, timeout %v) allocates %v times, want %v", c.key, c.timeout, n, c.want)
 		}
 	}
 }
@@ -180,7 +210,7 @@ func TestBuildLockAllocs(t *testing.T) {
 func TestLockQueriesMatchArguments(t *testing.T) {
 	for s := range lockShape(shapeCount) {
 		on := func(bit lockShape) bool { return s&bit != 0 }
-		timeout, lease := "", ""
+		var timeout, lease any
 		if on(shapeTimeout) {
 			timeout = "1ms"
 		}

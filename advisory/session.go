@@ -251,7 +251,7 @@ func holdHeld(ctx, wctx context.Context, fn string, l *SessionLock, c *config, s
 		tctx, cancelT = context.WithDeadline(ctx, deadline.Add(answerMargin))
 		defer cancelT()
 	}
-	st := buildLock(&c.lockArgs, key, true, l.shared, c.has(optNoWait), "", "", false)
+	st := buildLock(&c.lockArgs, key, true, l.shared, c.has(optNoWait), nil, nil, false)
 	var got sql.NullBool
 	if st.try {
 		err = conn.QueryRow(lctx, st.query, st.args, &got)

@@ -209,7 +209,7 @@ func beginWithin(ctx context.Context, begin bridge.Begin, key Key, c *config) (t
 		return nil, nil, beginError(ctx, key, err, 0)
 	}
 	// The lock may wait for what is left; lock_timeout never goes below
-	// 1ms (see millis), so a lock that is free is still granted.
+	// 1ms (see millisArg), so a lock that is free is still granted.
 	c.timeout = max(c.timeout-time.Since(start), time.Nanosecond)
 	return tx, b, nil
 }
@@ -399,10 +399,10 @@ type lockArgs [4]any
 
 // buildLock returns the lock statement for key, its arguments in a.
 // timeout and lease are lock_timeout and
-// idle_in_transaction_session_timeout values ("" = leave alone); readOld
+// idle_in_transaction_session_timeout values (millisArg; nil = leave alone); readOld
 // asks for the previous lock_timeout, which only a statement that sets one
 // reads.
-func buildLock(a *lockArgs, key Key, session, shared, try bool, timeout, lease string, readOld bool) lockStmt {
+func buildLock(a *lockArgs, key Key, session, shared, try bool, timeout, lease any, readOld bool) lockStmt {
 	var s lockShape
 	set := func(bit lockShape, on bool) {
 		if on {
@@ -412,15 +412,15 @@ func buildLock(a *lockArgs, key Key, session, shared, try bool, timeout, lease s
 	set(shapeSession, session)
 	set(shapeShared, shared)
 	set(shapeTry, try)
-	set(shapeTimeout, timeout != "")
-	set(shapeLease, lease != "")
-	set(shapeReadOld, readOld && timeout != "")
+	set(shapeTimeout, timeout != nil)
+	set(shapeLease, lease != nil)
+	set(shapeReadOld, readOld && timeout != nil)
 	set(shapePair, key.pair)
 	args := a[:0]
-	if timeout != "" {
+	if timeout != nil {
 		args = append(args, timeout)
 	}
-	if lease != "" {
+	if lease != nil {
 		args = append(args, lease)
 	}
 	if x, y, ok := key.Pair(); ok {
@@ -431,19 +431,33 @@ func buildLock(a *lockArgs, key Key, session, shared, try bool, timeout, lease s
 	return lockStmt{query: lockQueries[s], args: args, readOld: s&shapeReadOld != 0, try: try}
 }
 
-// millis renders d as a PostgreSQL duration in whole milliseconds, rounded
+// millisArg returns d as a PostgreSQL duration in whole milliseconds, rounded
 // up (a positive duration never becomes '0', which means "no limit") and
-// capped at the largest value the settings accept.
-func millis(d time.Duration) string {
+// capped at the largest value the settings accept: a string such as
+// "5000ms", boxed as a statement argument. The last one made is kept for
+// the next call: a process sends the same few values (what is left of
+// WithTimeout(5s) after a BEGIN that cost microseconds is "5000ms" again),
+// and reusing it spares a lock call two allocations, the text and its box.
+func millisArg(d time.Duration) any {
 	// lock_timeout is an int4 of milliseconds; clamp before rounding up so
 	// that a huge duration cannot overflow into a tiny one.
 	ms := int64(math.MaxInt32)
 	if d <= math.MaxInt32*time.Millisecond {
 		ms = max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	var buf [len("2147483647ms")]byte // one allocation: the string
-	return string(append(strconv.AppendInt(buf[:0], ms, 10), "ms"...))
+	var buf [len("2147483647ms")]byte
+	text := append(strconv.AppendInt(buf[:0], ms, 10), "ms"...)
+	last := lastMillisArg.Load()
+	if s, ok := last.(string); ok && s == string(text) {
+		return last
+	}
+	var arg any = string(text)
+	lastMillisArg.Store(arg)
+	return arg
 }
+
+// lastMillisArg is the argument millisArg made last (a string).
+var lastMillisArg atomic.Value
 
 // expired returns the lock error of a context that is canceled or past its
 // deadline, before anything is sent.
@@ -457,30 +471,30 @@ func expired(ctx context.Context, key Key) error {
 	return nil
 }
 
-// waitLimit returns the lock_timeout to send ("" for none): the sooner of
+// waitLimit returns the lock_timeout to send (nil for none): the sooner of
 // WithTimeout and the context deadline. An expired or canceled context is an
 // error, before anything is sent.
-func waitLimit(ctx context.Context, key Key, c *config) (string, error) {
+func waitLimit(ctx context.Context, key Key, c *config) (any, error) {
 	if err := expired(ctx, key); err != nil {
-		return "", err
+		return nil, err
 	}
 	if c.has(optNoWait) {
-		return "", nil
+		return nil, nil
 	}
 	d, have := c.timeout, c.has(optTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		rem := time.Until(dl)
 		if rem <= 0 {
-			return "", classify(ctx, "lock", key, context.DeadlineExceeded)
+			return nil, classify(ctx, "lock", key, context.DeadlineExceeded)
 		}
 		if !have || rem < d {
 			d, have = rem, true
 		}
 	}
 	if !have {
-		return "", nil
+		return nil, nil
 	}
-	return millis(d), nil
+	return millisArg(d), nil
 }
 
 // acquire runs the lock statement (and the optional restore and fencing
@@ -548,9 +562,9 @@ func acquireOnce(ctx context.Context, q bridge.Stmts, key Key, c *config, sessio
 	if err != nil {
 		return false, err
 	}
-	lease := ""
+	var lease any
 	if c.has(optLease) {
-		lease = millis(c.lease)
+		lease = millisArg(c.lease)
 	}
 	st := buildLock(&c.lockArgs, key, session, c.has(optShared), c.has(optNoWait), timeout, lease, c.has(optRestore))
 	if !st.try && !st.readOld {
@@ -570,10 +584,10 @@ func acquireOnce(ctx context.Context, q bridge.Stmts, key Key, c *config, sessio
 	if st.readOld {
 		dest = append(dest, &old)
 	}
-	if timeout != "" {
+	if timeout != nil {
 		dest = append(dest, &discard)
 	}
-	if lease != "" {
+	if lease != nil {
 		dest = append(dest, &discard)
 	}
 	if st.try {
