@@ -276,6 +276,8 @@ const namedBeginName = "pgadvisory_begin"
 // transaction, it keeps its own text; prepared after, the server refuses
 // the client's Parse (42P05, as for any name in use), the guard's BEGIN
 // still works, and once the client has closed the name it may prepare it.
+// As a transaction's first statement, which goes with the deferred BEGIN,
+// the client's Parse succeeds: the BEGIN goes unnamed already.
 func TestGuardNamedBeginClientName(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
@@ -342,5 +344,20 @@ func TestGuardNamedBeginClientName(t *testing.T) {
 			t.Fatal(err)
 		}
 		keepsClientStatement(conn, p, "prepared after the guard's was closed")
+	})
+	session(func(conn *pgxpool.Conn, p *turnProxy) {
+		// As a transaction's first statement, sent with the deferred BEGIN.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Prepare(ctx, namedBeginName, "SELECT 42"); err != nil {
+			t.Fatalf("the client's Parse of the guard's statement's name as a transaction's first statement: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keepsClientStatement(conn, p, "prepared in the first transaction")
 	})
 }

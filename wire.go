@@ -423,6 +423,9 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			repl = []byte{}
 		default:
 			if c.begin.pending != "" {
+				if t == 'P' && parsesStatement(data[i+5:end], namedBeginStmt) {
+					c.takeBeginName() // before the prefix parses the guard's under it
+				}
 				prefix := c.beginPrefix(t)
 				out = append(out, data[segFrom:i], prefix)
 				segFrom = i

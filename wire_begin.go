@@ -70,6 +70,21 @@ func (c *guardConn) namedBeginOK() bool {
 	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe() && !c.begin.nameTaken
 }
 
+// takeBeginName gives namedBeginStmt to the client, which parses a
+// statement of that name: the server refuses the client's Parse (42P05) if
+// the guard's statement is there; either way the guard leaves the name
+// alone on this connection from now on. c.mu held.
+func (c *guardConn) takeBeginName() {
+	c.begin.nameTaken = true
+	c.begin.named = namedBegin{}
+}
+
+// parsesStatement reports whether the body of a Parse message names the
+// statement name.
+func parsesStatement(body []byte, name string) bool {
+	return len(body) > len(name) && body[len(name)] == 0 && string(body[:len(name)]) == name
+}
+
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front
 // of the transaction's first unit: CloseComplete and ParseComplete (as it
 // was sent), BindComplete and CommandComplete to drop, or the BEGIN's

@@ -51,11 +51,7 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 		} else if c.pooled() && !c.g.cfg.preparedOK {
 			return c.refuse(t, c.unsafeStatement(name, text)), nil
 		} else if name == namedBeginStmt {
-			// The client's statement of the guard's name: the server
-			// refuses it (42P05) if the guard's is there; either way the
-			// guard leaves the name alone from now on.
-			c.begin.nameTaken = true
-			c.begin.named = namedBegin{}
+			c.takeBeginName()
 		}
 		var bind []byte
 		if len(after) > 0 && after[0] == 'B' {
