@@ -245,7 +245,7 @@ func TestGuardNamedBegin(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after DISCARD ALL", 1, 1)
-	if err := conn.Conn().PgConn().Deallocate(ctx, "pgadvisory_begin"); err != nil {
+	if err := conn.Conn().PgConn().Deallocate(ctx, namedBeginName); err != nil {
 		t.Fatal(err)
 	}
 	check("after a Close of the guard's statement", 1, 1)
