@@ -422,10 +422,10 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			c.answerNoCopy(txReply(tag, 'I'))
 			repl = []byte{}
 		default:
+			if t == 'P' && parsesStatement(data[i+5:end], namedBeginStmt) {
+				c.takeBeginName() // before a deferred BEGIN's prefix would parse the guard's under it
+			}
 			if c.begin.pending != "" {
-				if t == 'P' && parsesStatement(data[i+5:end], namedBeginStmt) {
-					c.takeBeginName() // before the prefix parses the guard's under it
-				}
 				prefix := c.beginPrefix(t)
 				out = append(out, data[segFrom:i], prefix)
 				segFrom = i

@@ -50,8 +50,6 @@ func (c *guardConn) message(t byte, msg, after []byte) ([]byte, error) {
 			c.unnamedHoldStandIn = false
 		} else if c.pooled() && !c.g.cfg.preparedOK {
 			return c.refuse(t, c.unsafeStatement(name, text)), nil
-		} else if name == namedBeginStmt {
-			c.takeBeginName()
 		}
 		var bind []byte
 		if len(after) > 0 && after[0] == 'B' {
