@@ -168,13 +168,13 @@
 // (cache_statement, directly or behind session pooling), the BEGIN is a
 // prepared statement of the session's, "pgadvisory_begin": parsed in the
 // first transaction and only bound after that, which spares the server a
-// parse per transaction. A DEALLOCATE or DISCARD the client sends as a
-// query's first statement, or a Close of that name, makes the guard parse
-// it again; one that server-side code runs (EXECUTE in PL/pgSQL) fails the
-// next transaction's first statement with 26000, as it fails pgx's own
-// cached statements. A statement of that name the client parses (pgx's
-// Prepare) is the client's: the guard's BEGIN goes unnamed on that
-// connection from then on (a SQL PREPARE of the name is not seen).
+// parse per transaction. A DEALLOCATE or DISCARD anywhere in a query the
+// client sends (a DO block's included), or a Close of that name, makes the
+// guard parse it again; one that a function written earlier runs fails
+// the next transaction's first statement with 26000, as it fails pgx's own
+// cached statements. A statement of that name the client prepares (pgx's
+// Prepare, or PREPARE in SQL) is the client's: the guard's BEGIN goes
+// unnamed on that connection from then on.
 // WithPipelineBegin or pgadvisory_pipeline_begin=false turns the deferred
 // BEGIN off.
 //

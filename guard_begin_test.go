@@ -183,7 +183,9 @@ func TestGuardBeginOptions(t *testing.T) {
 // next BEGIN is parsed again and transactions go on as with plain pgx.
 // Another BEGIN text (other transaction options) goes as the unnamed
 // statement.
-// Dropped by server-side code the guard does not see, the next
+// A DEALLOCATE or DISCARD anywhere in a query's text counts (after its
+// first statement, in a DO block). Dropped by a function written earlier,
+// which the guard does not see, the next
 // transaction's first statement fails with 26000, as pgx's own cached
 // statements do, and the transaction after it works again.
 func TestGuardNamedBegin(t *testing.T) {
@@ -251,7 +253,26 @@ func TestGuardNamedBegin(t *testing.T) {
 	check("after a Close of the guard's statement", 1, 1)
 	check("after that, again", 0, 0)
 
-	if _, err := conn.Exec(ctx, "DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$", simple); err != nil {
+	// A DEALLOCATE or DISCARD anywhere in the text is seen: after the first
+	// statement of a query, in a DO block.
+	for _, q := range []string{
+		"SELECT 1; DEALLOCATE ALL",
+		"SELECT 1; deallocate prepare all;",
+		"DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$",
+		"select 1;\n\tDeAllocate all",
+	} {
+		if _, err := conn.Exec(ctx, q, simple); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		check("after "+q, 1, 1)
+	}
+
+	// Code that runs on the server, written earlier, is not seen.
+	if _, err := conn.Exec(ctx, "CREATE FUNCTION pg_temp.drop_statements() RETURNS void LANGUAGE plpgsql AS $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$", simple); err != nil {
+		t.Fatal(err)
+	}
+	check("after the CREATE FUNCTION", 1, 1) // its text says DEALLOCATE
+	if _, err := conn.Exec(ctx, "SELECT pg_temp.drop_statements()", simple); err != nil {
 		t.Fatal(err)
 	}
 	var pe *pgconn.PgError
@@ -277,7 +298,8 @@ const namedBeginName = "pgadvisory_begin"
 // the client's Parse (42P05, as for any name in use), the guard's BEGIN
 // still works, and once the client has closed the name it may prepare it.
 // As a transaction's first statement, which goes with the deferred BEGIN,
-// the client's Parse succeeds: the BEGIN goes unnamed already.
+// the client's Parse succeeds: the BEGIN goes unnamed already. A PREPARE
+// of the name in SQL counts as a Parse.
 func TestGuardNamedBeginClientName(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
@@ -305,9 +327,10 @@ func TestGuardNamedBeginClientName(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	// keepsClientStatement runs two transactions on conn and checks that the
-	// guard sent no Close and that the client's statement still answers.
-	keepsClientStatement := func(conn *pgxpool.Conn, p *turnProxy, what string) {
+	// keepsStatement runs two transactions on conn and checks that the
+	// guard sent no Close and that the client's statement still answers to
+	// query.
+	keepsStatement := func(conn *pgxpool.Conn, p *turnProxy, what, query string) {
 		t.Helper()
 		p.reset()
 		transaction(conn, what+": first transaction")
@@ -316,12 +339,17 @@ func TestGuardNamedBeginClientName(t *testing.T) {
 			t.Errorf("%s: the guard sent %d Close messages, want 0", what, n)
 		}
 		var n int
-		if err := conn.QueryRow(ctx, namedBeginName).Scan(&n); err != nil || n != 42 {
-			t.Errorf("%s: the client's statement %q returned %d (%v), want 42", what, namedBeginName, n, err)
+		if err := conn.QueryRow(ctx, query).Scan(&n); err != nil || n != 42 {
+			t.Errorf("%s: the client's statement (%q) returned %d (%v), want 42", what, query, n, err)
 		}
 		if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
 			t.Errorf("%s: transaction status %q after the client's statement, want 'I'", what, st)
 		}
+	}
+	// pgx runs a statement it prepared when given its name.
+	keepsClientStatement := func(conn *pgxpool.Conn, p *turnProxy, what string) {
+		t.Helper()
+		keepsStatement(conn, p, what, namedBeginName)
 	}
 
 	session(func(conn *pgxpool.Conn, p *turnProxy) {
@@ -360,4 +388,17 @@ func TestGuardNamedBeginClientName(t *testing.T) {
 		}
 		keepsClientStatement(conn, p, "prepared in the first transaction")
 	})
+	// In SQL (PREPARE, in any case, anywhere in a query), before the
+	// guard's first transaction.
+	for _, q := range []string{
+		"PREPARE PGADVISORY_BEGIN AS SELECT 42",
+		"SELECT 1; prepare \"pgadvisory_begin\" AS SELECT 42",
+	} {
+		session(func(conn *pgxpool.Conn, p *turnProxy) {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+			keepsStatement(conn, p, q, "EXECUTE "+namedBeginName)
+		})
+	}
 }

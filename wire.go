@@ -422,7 +422,7 @@ func (c *guardConn) frontend(data []byte) (net.Buffers, error) {
 			c.answerNoCopy(txReply(tag, 'I'))
 			repl = []byte{}
 		default:
-			if t == 'P' && parsesStatement(data[i+5:end], namedBeginStmt) {
+			if (t == 'P' || t == 'Q') && c.namedBeginOK() && mentionsBeginName(data[i+5:end]) {
 				c.takeBeginName() // before a deferred BEGIN's prefix would parse the guard's under it
 			}
 			if c.begin.pending != "" {

@@ -1,7 +1,9 @@
 package pgadvisory
 
 import (
+	"bytes"
 	"net"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -41,10 +43,10 @@ type deferredBegin struct {
 	// prefix lives only until the Write that sends it returns.
 	encoded []byte
 	named   namedBegin
-	// nameTaken: the client parsed a statement of namedBeginStmt's name on
-	// this connection. The name is the client's from then on: the BEGIN
-	// goes unnamed, so that the guard never closes or binds the client's
-	// statement.
+	// nameTaken: the client parsed or prepared a statement of
+	// namedBeginStmt's name on this connection (mentionsBeginName). The name
+	// is the client's from then on: the BEGIN goes unnamed, so that the
+	// guard never closes or binds the client's statement.
 	nameTaken bool
 }
 
@@ -70,19 +72,73 @@ func (c *guardConn) namedBeginOK() bool {
 	return c.execMode == pgx.QueryExecModeCacheStatement && c.mode.SessionLocksSafe() && !c.begin.nameTaken
 }
 
-// takeBeginName gives namedBeginStmt to the client, which parses a
-// statement of that name: the server refuses the client's Parse (42P05) if
-// the guard's statement is there; either way the guard leaves the name
+// takeBeginName gives namedBeginStmt to the client, which parses or
+// prepares a statement of that name (or mentions it): the server refuses
+// the client's Parse or PREPARE (42P05) if the guard's statement is there; either way the guard leaves the name
 // alone on this connection from now on. c.mu held.
 func (c *guardConn) takeBeginName() {
 	c.begin.nameTaken = true
 	c.begin.named = namedBegin{}
 }
 
-// parsesStatement reports whether the body of a Parse message names the
-// statement name.
-func parsesStatement(body []byte, name string) bool {
-	return len(body) > len(name) && body[len(name)] == 0 && string(body[:len(name)]) == name
+// mentionsBeginName reports whether msg, the body of a Query or Parse
+// message, has namedBeginStmt in it in any case: a Parse of a statement of
+// that name, a PREPARE of it in SQL (unquoted, its name folds to lower
+// case), or a text that merely mentions it. Taking every mention for a
+// claim on the name costs, at worst, a BEGIN parsed per transaction; a name
+// spelled with Unicode escapes (U&"...") is not seen.
+func mentionsBeginName(msg []byte) bool {
+	for off := 0; ; {
+		i := bytes.IndexByte(msg[off:], '_')
+		if i < 0 {
+			return false
+		}
+		off += i + 1
+		start := off - 1 - beginNameUnderscore
+		if start >= 0 && hasPrefixFold(msg[start:], namedBeginStmt) {
+			return true
+		}
+	}
+}
+
+// beginNameUnderscore is where namedBeginStmt has its underscore, the byte
+// mentionsBeginName looks for first.
+var beginNameUnderscore = strings.IndexByte(namedBeginStmt, '_')
+
+// mayDropPrepared reports whether the text of a Query or Parse has
+// DEALLOCATE or DISCARD in it, in any case, past its first statement (which
+// lockscan.Transaction reads): after a semicolon, in a later statement or a
+// DO block. Any such word counts, in a literal or a comment too; a false
+// alarm costs one parse of the guard's BEGIN.
+func mayDropPrepared(text string) bool {
+	if strings.IndexByte(text, ';') < 0 {
+		return false
+	}
+	for i := 0; i < len(text); i++ {
+		if text[i]|0x20 == 'd' && (hasPrefixFold(text[i:], "deallocate") || hasPrefixFold(text[i:], "discard")) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasPrefixFold reports whether s begins with lower (lower-case ASCII
+// letters and underscores) in any ASCII case, the way PostgreSQL folds an
+// unquoted identifier or keyword.
+func hasPrefixFold[S string | []byte](s S, lower string) bool {
+	if len(s) < len(lower) {
+		return false
+	}
+	for j := 0; j < len(lower); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // beginFlight tracks the replies owed for a deferred BEGIN sent in front

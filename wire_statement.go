@@ -125,8 +125,9 @@ func (c *guardConn) statement(t byte, name, text string, paramTypes []byte, bind
 		}
 	}
 	tx := lockscan.Transaction(text)
-	if tx.DropsPrepared {
-		// It may drop the guard's BEGIN: parse that again, after a Close.
+	if tx.DropsPrepared || c.begin.named.text != "" && mayDropPrepared(text) {
+		// It may drop the guard's BEGIN (as its first statement, or after
+		// a semicolon): parse that again, after a Close.
 		c.begin.named = namedBegin{}
 	}
 	var pre settingsScan
