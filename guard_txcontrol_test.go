@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
 )
 
@@ -59,17 +58,7 @@ func TestGuardTransactionControlDifferential(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
 	connect := func(dsn string, guarded bool) *pgx.Conn {
-		cfg, err := pgx.ParseConfig(dsn)
-		if guarded {
-			cfg, err = pgadvisory.ParseConfig(dsn)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := connectAPI(t, dsn, guarded)
 		t.Cleanup(func() { conn.Close(ctx) })
 		return conn
 	}

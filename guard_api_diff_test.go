@@ -1,0 +1,294 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+// apiSide is one connection of TestGuardPgxAPIDifferential and the
+// transaction its script has open.
+type apiSide struct {
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+// apiStep is one step of the script: what pgx is asked to do. It returns
+// what a caller sees: rows, a command tag, or the error.
+type apiStep struct {
+	name string
+	run  func(ctx context.Context, s *apiSide) (string, error)
+}
+
+// apiSimpleTexts are the statements the script sends with Exec and no
+// arguments (pgx sends those as a simple Query), among them every way a
+// client drops prepared statements.
+var apiSimpleTexts = []string{
+	"SELECT 1", "SELECT 1/0", "SELECT 1; SELECT 2",
+	"DEALLOCATE ALL", "SELECT 1; DEALLOCATE ALL", "DISCARD ALL", "discard plans",
+	"DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$",
+	"PREPARE s2 AS SELECT 2", "EXECUTE s2", "DEALLOCATE s2", "SELECT 1; DEALLOCATE s2",
+	"SAVEPOINT s", "ROLLBACK TO SAVEPOINT s", "RELEASE SAVEPOINT s",
+	"SET LOCAL statement_timeout = '5s'", "SELECT current_setting('transaction_isolation')",
+	"CREATE TEMP TABLE api_copy (x int)", "SELECT count(*) FROM api_copy",
+}
+
+// apiSteps is every step the script draws from.
+var apiSteps = func() []apiStep {
+	steps := []apiStep{
+		{"Begin", func(ctx context.Context, s *apiSide) (string, error) {
+			tx, err := s.conn.Begin(ctx)
+			if err == nil {
+				s.tx = tx
+			}
+			return "began", err
+		}},
+		{"BeginTx serializable", func(ctx context.Context, s *apiSide) (string, error) {
+			tx, err := s.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+			if err == nil {
+				s.tx = tx
+			}
+			return "began", err
+		}},
+		endStep("Commit", "committed", pgx.Tx.Commit),
+		endStep("Rollback", "rolled back", pgx.Tx.Rollback),
+		// Whole transactions, as applications run them: the guard's
+		// deferred BEGIN goes with the first statement, and where pgx keeps
+		// statements on the server it is prepared and then only bound.
+		{"transaction: Exec SELECT 1", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				tag, err := tx.Exec(ctx, "SELECT 1")
+				return tag.String(), err
+			})
+		}},
+		{"transaction: Query with an argument", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				var n int
+				err := tx.QueryRow(ctx, "SELECT $1::int + 1", 1).Scan(&n)
+				return fmt.Sprint(n), err
+			})
+		}},
+		{"nested transaction (a savepoint)", func(ctx context.Context, s *apiSide) (string, error) {
+			if s.tx == nil {
+				return "no transaction", nil
+			}
+			return transaction(ctx, s.tx, func(tx pgx.Tx) (string, error) {
+				tag, err := tx.Exec(ctx, "SELECT 3")
+				return tag.String(), err
+			})
+		}},
+		{"Exec with an argument, simple protocol", func(ctx context.Context, s *apiSide) (string, error) {
+			tag, err := s.conn.Exec(ctx, "SELECT $1::int", pgx.QueryExecModeSimpleProtocol, 5)
+			return tag.String(), err
+		}},
+		{"CopyFrom", func(ctx context.Context, s *apiSide) (string, error) {
+			n, err := s.conn.CopyFrom(ctx, pgx.Identifier{"api_copy"}, []string{"x"}, pgx.CopyFromRows([][]any{{1}, {2}}))
+			return fmt.Sprint(n), err
+		}},
+		{"Query with an argument", func(ctx context.Context, s *apiSide) (string, error) {
+			var n int
+			err := s.conn.QueryRow(ctx, "SELECT $1::int + 1", 41).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"Query that fails", func(ctx context.Context, s *apiSide) (string, error) {
+			var n int
+			err := s.conn.QueryRow(ctx, "SELECT 10 / $1::int", 0).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"Prepare s1", func(ctx context.Context, s *apiSide) (string, error) {
+			sd, err := s.conn.Prepare(ctx, "s1", "SELECT $1::int * 2")
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s: %d parameters", sd.Name, len(sd.ParamOIDs)), nil
+		}},
+		{"run s1", func(ctx context.Context, s *apiSide) (string, error) {
+			var n int
+			err := s.conn.QueryRow(ctx, "s1", 21).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"Deallocate s1", func(ctx context.Context, s *apiSide) (string, error) {
+			return "deallocated", s.conn.Deallocate(ctx, "s1")
+		}},
+		{"DeallocateAll", func(ctx context.Context, s *apiSide) (string, error) {
+			return "deallocated all", s.conn.DeallocateAll(ctx)
+		}},
+		{"SendBatch", func(ctx context.Context, s *apiSide) (string, error) {
+			b := &pgx.Batch{}
+			b.Queue("SELECT $1::int", 7)
+			b.Queue("SELECT $1::text", "x")
+			var n int
+			var str string
+			br := s.conn.SendBatch(ctx, b)
+			err := br.QueryRow().Scan(&n)
+			if err == nil {
+				err = br.QueryRow().Scan(&str)
+			}
+			return fmt.Sprint(n, str), errors.Join(err, br.Close())
+		}},
+		{"list prepared statements", func(ctx context.Context, s *apiSide) (string, error) {
+			// The guard's own statement (namedBeginName) is the one that
+			// may differ; the script never uses its name.
+			var list string
+			err := s.conn.QueryRow(ctx, "SELECT coalesce(string_agg(name || '=' || statement, ', ' ORDER BY name), '') FROM pg_prepared_statements WHERE name <> $1", namedBeginName).Scan(&list)
+			return list, err
+		}},
+	}
+	for _, q := range apiSimpleTexts {
+		steps = append(steps, apiStep{"Exec " + q, func(ctx context.Context, s *apiSide) (string, error) {
+			tag, err := s.conn.Exec(ctx, q)
+			return tag.String(), err
+		}})
+	}
+	return steps
+}()
+
+// endStep ends the script's open transaction with end (Commit or
+// Rollback).
+func endStep(name, done string, end func(pgx.Tx, context.Context) error) apiStep {
+	return apiStep{name, func(ctx context.Context, s *apiSide) (string, error) {
+		if s.tx == nil {
+			return "no transaction", nil
+		}
+		tx := s.tx
+		s.tx = nil
+		return done, end(tx, ctx)
+	}}
+}
+
+// transaction runs body in a transaction begun on b (a connection, or a
+// transaction: then pgx makes a savepoint) and commits, or rolls back when
+// body fails.
+func transaction(ctx context.Context, b interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, body func(tx pgx.Tx) (string, error)) (string, error) {
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	res, err := body(tx)
+	if err != nil {
+		return res, errors.Join(err, tx.Rollback(ctx))
+	}
+	return res, tx.Commit(ctx)
+}
+
+// apiOutcome is what a step showed its caller, and the transaction status
+// after it.
+func apiOutcome(s *apiSide, result string, err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+	case errors.As(err, &pgErr):
+		result = "SQLSTATE " + pgErr.Code
+	case errors.Is(err, pgx.ErrTxClosed):
+		result = "transaction closed"
+	case errors.Is(err, pgx.ErrNoRows):
+		result = "no rows"
+	default:
+		result = "error " + err.Error()
+	}
+	return fmt.Sprintf("%s, status %c", result, s.conn.PgConn().TxStatus())
+}
+
+// TestGuardPgxAPIDifferential runs seeded random scripts of pgx calls —
+// transactions (whose BEGIN the guard defers, and where pgx keeps its
+// statements on the server prepares), queries with arguments, Prepare,
+// Deallocate, batches and the SQL forms of dropping prepared statements,
+// mixed with failing statements — on plain pgx and through the guard,
+// directly on PostgreSQL and through PgBouncer session pooling, in each
+// exec mode, and compares what every call returned, the transaction status
+// after it, and the session's prepared statements. No lock is at stake:
+// the guard must behave as pgx. PGADVISORY_DIFF_SEQUENCES sets how many
+// scripts run per path and exec mode (default 40), PGADVISORY_DIFF_SEED
+// their seed.
+func TestGuardPgxAPIDifferential(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	sequences, _ := diffEnv(t, "PGADVISORY_DIFF_SEQUENCES", 40)
+	seed, _ := diffEnv(t, "PGADVISORY_DIFF_SEED", 20261207)
+	modes := []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+	paths := []struct{ name, dsn, poolMode string }{
+		{"direct", c.DirectDSN(), "direct"},
+		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), "session"},
+	}
+	r := rand.New(rand.NewPCG(seed, 7))
+	diffs, calls := 0, 0
+	for _, path := range paths {
+		for _, mode := range modes {
+			dsn := withParams(t, path.dsn, "default_query_exec_mode", mode)
+			guardedDSN := withParams(t, dsn, pgadvisory.ParamPoolMode, path.poolMode)
+			what := fmt.Sprintf("%s, exec mode %s (seed %d)", path.name, mode, seed)
+			for range sequences {
+				calls += runAPIScript(t, r, dsn, guardedDSN, what, &diffs)
+			}
+		}
+	}
+	t.Logf("%d scripts of %d calls in %d exec modes on %d paths: %d calls compared, %d scripts differed",
+		sequences, apiScriptSteps, len(modes), len(paths), calls, diffs)
+}
+
+// apiScriptSteps is the length of a script of TestGuardPgxAPIDifferential.
+const apiScriptSteps = 16
+
+// runAPIScript runs a random script on plain pgx over dsn and through the
+// guard over guardedDSN, each on a new connection (on a session with
+// nothing prepared), step by step, and reports the first difference. It
+// returns how many calls it compared.
+func runAPIScript(t *testing.T, r *rand.Rand, dsn, guardedDSN, what string, diffs *int) (calls int) {
+	t.Helper()
+	ctx := t.Context()
+	script := make([]int, apiScriptSteps)
+	for i := range script {
+		script[i] = r.IntN(len(apiSteps))
+	}
+	ref := &apiSide{conn: connectAPI(t, dsn, false)}
+	defer ref.conn.Close(context.Background())
+	guarded := &apiSide{conn: connectAPI(t, guardedDSN, true)}
+	defer guarded.conn.Close(context.Background())
+	for i, k := range script {
+		step := apiSteps[k]
+		res, err := step.run(ctx, ref)
+		want := apiOutcome(ref, res, err)
+		res, err = step.run(ctx, guarded)
+		got := apiOutcome(guarded, res, err)
+		calls++
+		if got != want {
+			*diffs++
+			names := make([]string, len(script))
+			for j, k := range script {
+				names[j] = apiSteps[k].name
+			}
+			t.Errorf("%s, step %d %s: through the guard %q, plain pgx %q\n  script: %s",
+				what, i, step.name, got, want, strings.Join(names, " | "))
+			break
+		}
+	}
+	return calls
+}
+
+// connectAPI connects with plain pgx or, guarded, through the guard; the
+// caller closes the connection.
+func connectAPI(t *testing.T, dsn string, guarded bool) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if guarded {
+		cfg, err = pgadvisory.ParseConfig(dsn)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
