@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -116,6 +118,97 @@ func TestGuardBeginRoundTrips(t *testing.T) {
 				checkLockCycleTurns(t, p, begin, 7301)
 			})
 		}
+	}
+}
+
+// TestGuardBeginCopyFirst: a COPY FROM STDIN as a transaction's first
+// statement goes with the deferred BEGIN, and the transaction goes on as
+// with plain pgx: pgx's CopyFrom (the second time on a connection, when its
+// description of the columns is cached and COPY's Query is the first
+// message), pgconn's CopyFrom, a COPY that fails before and one that fails
+// while it copies, COPY after another statement of the same Query, and
+// COPY TO STDOUT. The Sync the guard writes after a deferred
+// BEGIN's simple Query reaches the server in copy-in mode, which ignores
+// it.
+func TestGuardBeginCopyFirst(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	for _, tg := range guardTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			pool, _ := pinnedPool(t, tg.dsn(c))
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a hang fails here, not the suite
+			defer cancel()
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "CREATE TEMP TABLE copy_first (x int)"); err != nil {
+				t.Fatal(err)
+			}
+			// inTx runs copy as the first statement of a transaction, then
+			// a statement, and commits; want is the rows copy_first has then.
+			inTx := func(what string, copy func(tx pgx.Tx) error, wantCopyErr string, want int) {
+				t.Helper()
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				defer tx.Rollback(context.Background())
+				err = copy(tx)
+				var pe *pgconn.PgError
+				switch {
+				case wantCopyErr == "" && err != nil:
+					t.Fatalf("%s: %v", what, err)
+				case wantCopyErr != "" && (!errors.As(err, &pe) || pe.Code != wantCopyErr):
+					t.Fatalf("%s: %v, want SQLSTATE %s", what, err, wantCopyErr)
+				case wantCopyErr != "":
+					if err := tx.Rollback(ctx); err != nil {
+						t.Fatalf("%s: rollback: %v", what, err)
+					}
+				default:
+					if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+						t.Fatalf("%s: the statement after the COPY: %v", what, err)
+					}
+					if err := tx.Commit(ctx); err != nil {
+						t.Fatalf("%s: commit: %v", what, err)
+					}
+				}
+				var n int
+				if err := conn.QueryRow(ctx, "SELECT count(*) FROM copy_first").Scan(&n); err != nil || n != want {
+					t.Fatalf("%s: %d rows (%v), want %d", what, n, err, want)
+				}
+				if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+					t.Fatalf("%s: transaction status %q, want 'I'", what, st)
+				}
+			}
+			pgxCopy := func(tx pgx.Tx) error {
+				_, err := tx.CopyFrom(ctx, pgx.Identifier{"copy_first"}, []string{"x"}, pgx.CopyFromRows([][]any{{1}, {2}}))
+				return err
+			}
+			pgconnCopy := func(text string) func(tx pgx.Tx) error {
+				return func(tx pgx.Tx) error {
+					_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("1\n2\n"), text)
+					return err
+				}
+			}
+			inTx("pgx CopyFrom", pgxCopy, "", 2)
+			inTx("pgx CopyFrom, its description cached", pgxCopy, "", 4)
+			inTx("pgconn CopyFrom", pgconnCopy("COPY copy_first FROM STDIN"), "", 6)
+			inTx("a COPY that fails", pgconnCopy("COPY copy_first (nosuchcolumn) FROM STDIN"), "42703", 6)
+			inTx("COPY after a SELECT in one Query", pgconnCopy("SELECT 1; COPY copy_first FROM STDIN"), "", 8)
+			inTx("a COPY whose data fails", func(tx pgx.Tx) error {
+				_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("1\nnot a number\n"), "COPY copy_first FROM STDIN")
+				return err
+			}, "22P02", 8)
+			inTx("COPY TO STDOUT", func(tx pgx.Tx) error {
+				var out strings.Builder
+				tag, err := tx.Conn().PgConn().CopyTo(ctx, &out, "COPY copy_first TO STDOUT")
+				if err == nil && (tag.RowsAffected() != 8 || strings.Count(out.String(), "\n") != 8) {
+					err = fmt.Errorf("COPY TO STDOUT: %s, %q", tag, out.String())
+				}
+				return err
+			}, "", 8)
+		})
 	}
 }
 

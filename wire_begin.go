@@ -353,6 +353,14 @@ func (c *guardConn) observeBegin(t byte, body []byte) (repl []byte, done bool) {
 			out = append(out, c.takeLocal()...)
 		}
 		return out, true
+	case t == 'G' && b.dropRFQ && !b.syncSeenQuery:
+		// The simple Query runs COPY FROM STDIN: the server reads the Sync
+		// written after the Query in copy-in mode, and ignores it. Only the
+		// Query's ReadyForQuery will come, which goes to the client as
+		// usual.
+		c.sent--
+		c.endBegin()
+		return nil, false
 	case t == 'Z' && len(body) == 1 && b.dropRFQ:
 		// The simple Query's own ReadyForQuery goes to the client (it is
 		// handled as usual); the appended Sync's is dropped.
