@@ -2,6 +2,7 @@ package pgadvisory_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -185,6 +186,13 @@ func transaction(ctx context.Context, b interface {
 // apiOutcome is what a step showed its caller, and the transaction status
 // after it.
 func apiOutcome(s *apiSide, result string, err error) string {
+	return diffOutcome(result, err, s.conn.PgConn().TxStatus())
+}
+
+// diffOutcome is what a call of a differential script showed its caller:
+// its result or the class of its error, and the transaction status after
+// it.
+func diffOutcome(result string, err error, status byte) string {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -192,12 +200,36 @@ func apiOutcome(s *apiSide, result string, err error) string {
 		result = "SQLSTATE " + pgErr.Code
 	case errors.Is(err, pgx.ErrTxClosed):
 		result = "transaction closed"
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrTxDone):
+		result = "transaction done"
+	case errors.Is(err, pgx.ErrNoRows): // sql.ErrNoRows too
 		result = "no rows"
 	default:
 		result = "error " + err.Error()
 	}
-	return fmt.Sprintf("%s, status %c", result, s.conn.PgConn().TxStatus())
+	return fmt.Sprintf("%s, status %c", result, status)
+}
+
+// compareScript runs a script of steps on the reference (side 0) and the
+// guarded side (1), step by step: outcome runs step k of the script on a
+// side. It reports the first difference and returns how many steps it
+// compared and whether they differed.
+func compareScript(t *testing.T, what string, script []int, name func(k int) string, outcome func(k, side int) string) (calls int, differed bool) {
+	t.Helper()
+	for i, k := range script {
+		want, got := outcome(k, 0), outcome(k, 1)
+		calls++
+		if got != want {
+			names := make([]string, len(script))
+			for j, k := range script {
+				names[j] = name(k)
+			}
+			t.Errorf("%s, step %d %s: through the guard %q, the reference %q\n  script: %s",
+				what, i, name(k), got, want, strings.Join(names, " | "))
+			return calls, true
+		}
+	}
+	return calls, false
 }
 
 // TestGuardPgxAPIDifferential runs seeded random scripts of pgx calls —
@@ -243,34 +275,25 @@ const apiScriptSteps = 16
 // guard over guardedDSN, each on a new connection (on a session with
 // nothing prepared), step by step, and reports the first difference. It
 // returns how many calls it compared.
-func runAPIScript(t *testing.T, r *rand.Rand, dsn, guardedDSN, what string, diffs *int) (calls int) {
+func runAPIScript(t *testing.T, r *rand.Rand, dsn, guardedDSN, what string, diffs *int) int {
 	t.Helper()
 	ctx := t.Context()
 	script := make([]int, apiScriptSteps)
 	for i := range script {
 		script[i] = r.IntN(len(apiSteps))
 	}
-	ref := &apiSide{conn: connectAPI(t, dsn, false)}
-	defer ref.conn.Close(context.Background())
-	guarded := &apiSide{conn: connectAPI(t, guardedDSN, true)}
-	defer guarded.conn.Close(context.Background())
-	for i, k := range script {
-		step := apiSteps[k]
-		res, err := step.run(ctx, ref)
-		want := apiOutcome(ref, res, err)
-		res, err = step.run(ctx, guarded)
-		got := apiOutcome(guarded, res, err)
-		calls++
-		if got != want {
-			*diffs++
-			names := make([]string, len(script))
-			for j, k := range script {
-				names[j] = apiSteps[k].name
-			}
-			t.Errorf("%s, step %d %s: through the guard %q, plain pgx %q\n  script: %s",
-				what, i, step.name, got, want, strings.Join(names, " | "))
-			break
-		}
+	sides := [2]*apiSide{{conn: connectAPI(t, dsn, false)}, {conn: connectAPI(t, guardedDSN, true)}}
+	for _, s := range sides {
+		defer s.conn.Close(context.Background())
+	}
+	calls, differed := compareScript(t, what, script, func(k int) string { return apiSteps[k].name }, func(k, side int) string {
+		ctx, cancel := context.WithTimeout(ctx, diffStepWait) // a hang is a difference, not the suite's timeout
+		defer cancel()
+		res, err := apiSteps[k].run(ctx, sides[side])
+		return apiOutcome(sides[side], res, err)
+	})
+	if differed {
+		*diffs++
 	}
 	return calls
 }

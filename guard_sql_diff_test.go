@@ -1,0 +1,280 @@
+package pgadvisory_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadvisory/pgadvisory"
+	"github.com/pgadvisory/pgadvisory/pgbouncer"
+)
+
+// sqlSide is one database/sql connection of TestGuardSQLDifferential, the
+// transaction and the prepared statement its script has open.
+type sqlSide struct {
+	// txCtx is the script's context, which the transactions it opens are
+	// bound to (database/sql rolls back a transaction whose context ends);
+	// each step has a context of its own.
+	txCtx context.Context
+	db    *sql.DB
+	conn  *sql.Conn
+	tx    *sql.Tx
+	stmt  *sql.Stmt
+}
+
+// on is where a statement of the script runs: the open transaction, or the
+// connection.
+func (s *sqlSide) on() interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+} {
+	if s.tx != nil {
+		return s.tx
+	}
+	return s.conn
+}
+
+// sqlStep is one step of a database/sql script; it returns what a caller
+// sees.
+type sqlStep struct {
+	name string
+	run  func(ctx context.Context, s *sqlSide) (string, error)
+}
+
+// sqlSteps is every step the database/sql script draws from: transactions,
+// queries with arguments (pgx stdlib prepares them in its default exec
+// mode), prepared statements, the Exec texts of the pgx script
+// (apiSimpleTexts) and the session's prepared statements.
+var sqlSteps = func() []sqlStep {
+	steps := []sqlStep{
+		{"BeginTx", func(ctx context.Context, s *sqlSide) (string, error) {
+			if s.tx != nil {
+				return "in a transaction", nil // database/sql would wait for it
+			}
+			tx, err := s.conn.BeginTx(s.txCtx, nil)
+			s.tx = tx
+			return "began", err
+		}},
+		{"BeginTx serializable, read only", func(ctx context.Context, s *sqlSide) (string, error) {
+			if s.tx != nil {
+				return "in a transaction", nil
+			}
+			tx, err := s.conn.BeginTx(s.txCtx, &sql.TxOptions{Isolation: sql.LevelSerializable, ReadOnly: true})
+			s.tx = tx
+			return "began", err
+		}},
+		sqlEndStep("Commit", "committed", (*sql.Tx).Commit),
+		sqlEndStep("Rollback", "rolled back", (*sql.Tx).Rollback),
+		// Whole transactions, as applications run them.
+		sqlTransaction("transaction: Exec SELECT 1", func(ctx context.Context, tx *sql.Tx) (string, error) {
+			return sqlRows(tx.ExecContext(ctx, "SELECT 1"))
+		}),
+		sqlTransaction("transaction: QueryRow with an argument", func(ctx context.Context, tx *sql.Tx) (string, error) {
+			var n int
+			err := tx.QueryRowContext(ctx, "SELECT $1::int + 1", 1).Scan(&n)
+			return fmt.Sprint(n), err
+		}),
+		{"QueryRow with an argument", func(ctx context.Context, s *sqlSide) (string, error) {
+			var n int
+			err := s.on().QueryRowContext(ctx, "SELECT $1::int + 1", 41).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"QueryRow that fails", func(ctx context.Context, s *sqlSide) (string, error) {
+			var n int
+			err := s.on().QueryRowContext(ctx, "SELECT 10 / $1::int", 0).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"Exec with an argument", func(ctx context.Context, s *sqlSide) (string, error) {
+			res, err := s.on().ExecContext(ctx, "SELECT $1::text", "x")
+			return sqlRows(res, err)
+		}},
+		{"Prepare", func(ctx context.Context, s *sqlSide) (string, error) {
+			if s.stmt != nil {
+				s.stmt.Close()
+			}
+			stmt, err := s.on().PrepareContext(ctx, "SELECT $1::int * 2")
+			s.stmt = stmt
+			return "prepared", err
+		}},
+		{"run the prepared statement", func(ctx context.Context, s *sqlSide) (string, error) {
+			if s.stmt == nil {
+				return "none prepared", nil
+			}
+			var n int
+			err := s.stmt.QueryRowContext(ctx, 21).Scan(&n)
+			return fmt.Sprint(n), err
+		}},
+		{"close the prepared statement", func(ctx context.Context, s *sqlSide) (string, error) {
+			if s.stmt == nil {
+				return "none prepared", nil
+			}
+			err := s.stmt.Close()
+			s.stmt = nil
+			return "closed", err
+		}},
+		{"list prepared statements", func(ctx context.Context, s *sqlSide) (string, error) {
+			// Without their names: pgx stdlib names a Prepare's statement
+			// after a counter of its process (the guard's, namedBeginName,
+			// may differ; the script never uses its name).
+			var list string
+			err := s.on().QueryRowContext(ctx, "SELECT coalesce(string_agg(statement, ', ' ORDER BY statement), '') FROM pg_prepared_statements WHERE name <> $1", namedBeginName).Scan(&list)
+			return list, err
+		}},
+	}
+	for _, q := range apiSimpleTexts {
+		steps = append(steps, sqlStep{"Exec " + q, func(ctx context.Context, s *sqlSide) (string, error) {
+			return sqlRows(s.on().ExecContext(ctx, q))
+		}})
+	}
+	return steps
+}()
+
+// sqlEndStep ends the script's open transaction with end.
+func sqlEndStep(name, done string, end func(*sql.Tx) error) sqlStep {
+	return sqlStep{name, func(ctx context.Context, s *sqlSide) (string, error) {
+		if s.tx == nil {
+			return "no transaction", nil
+		}
+		tx := s.tx
+		s.tx = nil
+		return done, end(tx)
+	}}
+}
+
+// sqlTransaction runs body in a transaction of its own and commits, or
+// rolls back when body fails; in the script's open transaction it does
+// nothing (database/sql would wait for it).
+func sqlTransaction(name string, body func(ctx context.Context, tx *sql.Tx) (string, error)) sqlStep {
+	return sqlStep{name, func(ctx context.Context, s *sqlSide) (string, error) {
+		if s.tx != nil {
+			return "in a transaction", nil
+		}
+		tx, err := s.conn.BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		res, err := body(ctx, tx)
+		if err != nil {
+			return res, errors.Join(err, tx.Rollback())
+		}
+		return res, tx.Commit()
+	}}
+}
+
+// sqlRows is what an Exec's result shows: the rows it affected.
+func sqlRows(res sql.Result, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	n, err := res.RowsAffected()
+	return fmt.Sprint(n, " rows"), err
+}
+
+// sqlOutcome is what a step showed its caller, and the transaction status
+// of the session after it.
+func sqlOutcome(t *testing.T, s *sqlSide, result string, err error) string {
+	var status byte
+	if err := s.conn.Raw(func(dc any) error {
+		// *stdlib.Conn and pgadvisory's *Conn both have Conn() *pgx.Conn.
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return fmt.Errorf("driver connection %T has no pgx connection", dc)
+		}
+		status = c.Conn().PgConn().TxStatus()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return diffOutcome(result, err, status)
+}
+
+// TestGuardSQLDifferential runs seeded random scripts of database/sql calls
+// on one connection (*sql.Conn) — transactions (whose BEGIN the guard
+// defers), queries with arguments, prepared statements and the SQL forms of
+// dropping prepared statements, mixed with failing statements — on pgx
+// stdlib (sql.Open("pgx")) and on pgadvisory's driver, directly on
+// PostgreSQL and through PgBouncer session pooling, and compares what every
+// call returned and the session's prepared statements. No lock is at
+// stake: the driver must behave as pgx stdlib. PGADVISORY_DIFF_SEQUENCES
+// sets how many scripts run per path (default 120), PGADVISORY_DIFF_SEED
+// their seed.
+func TestGuardSQLDifferential(t *testing.T) {
+	c := pgbouncer.Need(t, cluster)
+	sequences, _ := diffEnv(t, "PGADVISORY_DIFF_SEQUENCES", 120)
+	seed, _ := diffEnv(t, "PGADVISORY_DIFF_SEED", 20261207)
+	paths := []struct{ name, dsn, poolMode string }{
+		{"direct", c.DirectDSN(), "direct"},
+		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), "session"},
+	}
+	r := rand.New(rand.NewPCG(seed, 11))
+	diffs, calls := 0, 0
+	for _, path := range paths {
+		plain := openSQL(t, "pgx", path.dsn)
+		guarded := openSQL(t, "pgadvisory", withParams(t, path.dsn, pgadvisory.ParamPoolMode, path.poolMode))
+		what := fmt.Sprintf("%s (seed %d)", path.name, seed)
+		for range sequences {
+			calls += runSQLScript(t, r, plain, guarded, what, &diffs)
+		}
+	}
+	t.Logf("%d scripts of %d calls on %d paths: %d calls compared, %d scripts differed",
+		sequences, apiScriptSteps, len(paths), calls, diffs)
+}
+
+// openSQL opens a database handle that keeps no idle connection, so that
+// every script starts on a new session.
+func openSQL(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(0)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// runSQLScript runs a random script on a connection of plain and one of
+// guarded, step by step, and reports the first difference. It returns how
+// many calls it compared.
+func runSQLScript(t *testing.T, r *rand.Rand, plain, guarded *sql.DB, what string, diffs *int) int {
+	t.Helper()
+	ctx := t.Context()
+	script := make([]int, apiScriptSteps)
+	for i := range script {
+		script[i] = r.IntN(len(sqlSteps))
+	}
+	sides := [2]*sqlSide{{txCtx: ctx, db: plain}, {txCtx: ctx, db: guarded}}
+	for _, s := range sides {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.conn = conn
+		defer func() {
+			if s.stmt != nil {
+				s.stmt.Close()
+			}
+			if s.tx != nil {
+				s.tx.Rollback()
+			}
+			conn.Close()
+		}()
+	}
+	calls, differed := compareScript(t, what, script, func(k int) string { return sqlSteps[k].name }, func(k, side int) string {
+		ctx, cancel := context.WithTimeout(ctx, diffStepWait) // a hang is a difference, not the suite's timeout
+		defer cancel()
+		res, err := sqlSteps[k].run(ctx, sides[side])
+		return sqlOutcome(t, sides[side], res, err)
+	})
+	if differed {
+		*diffs++
+	}
+	return calls
+}
