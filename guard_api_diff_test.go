@@ -78,6 +78,12 @@ var apiSteps = func() []apiStep {
 				return fmt.Sprint(n), err
 			})
 		}},
+		{"transaction: CopyFrom", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				n, err := tx.CopyFrom(ctx, pgx.Identifier{"api_copy"}, []string{"x"}, pgx.CopyFromRows([][]any{{3}}))
+				return fmt.Sprint(n), err
+			})
+		}},
 		{"nested transaction (a savepoint)", func(ctx context.Context, s *apiSide) (string, error) {
 			if s.tx == nil {
 				return "no transaction", nil
