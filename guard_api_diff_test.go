@@ -244,7 +244,8 @@ func compareScript(t *testing.T, what string, script []int, name func(k int) str
 // Deallocate, batches and the SQL forms of dropping prepared statements,
 // mixed with failing statements — on plain pgx and through the guard,
 // directly on PostgreSQL and through PgBouncer session pooling, in each
-// exec mode, and compares what every call returned, the transaction status
+// exec mode, and behind transaction pooling (steps without session state,
+// in the exec modes that keep nothing on the server), and compares what every call returned, the transaction status
 // after it, and the session's prepared statements. No lock is at stake:
 // the guard must behave as pgx. PGADVISORY_DIFF_SEQUENCES sets how many
 // scripts run per path and exec mode (default 40), PGADVISORY_DIFF_SEED
@@ -253,40 +254,74 @@ func TestGuardPgxAPIDifferential(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	sequences, _ := diffEnv(t, "PGADVISORY_DIFF_SEQUENCES", 40)
 	seed, _ := diffEnv(t, "PGADVISORY_DIFF_SEED", 20261207)
-	modes := []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
-	paths := []struct{ name, dsn, poolMode string }{
-		{"direct", c.DirectDSN(), "direct"},
-		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), "session"},
+	allModes := []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+	all := make([]int, len(apiSteps))
+	var stateless []int
+	for i, step := range apiSteps {
+		all[i] = i
+		if !apiSessionSteps[step.name] {
+			stateless = append(stateless, i)
+		}
+	}
+	if n := len(all) - len(stateless); n != len(apiSessionSteps) {
+		t.Fatalf("apiSessionSteps names %d steps, %d of them in apiSteps", len(apiSessionSteps), n)
+	}
+	paths := []struct {
+		name, refDSN, dsn, poolMode string
+		modes                       []string
+		steps                       []int // the steps its scripts draw from
+	}{
+		{"direct", c.DirectDSN(), c.DirectDSN(), "direct", allModes, all},
+		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), c.WideDSN(pgbouncer.Session), "session", allModes, all},
+		// Behind transaction pooling a statement outside a transaction may
+		// run on another session: no step that uses a session's state, in
+		// the exec modes that keep no statement on the server, against
+		// plain pgx directly on PostgreSQL.
+		{"PgBouncer transaction pooling", c.DirectDSN(), c.WideDSN(pgbouncer.Transaction), "transaction",
+			[]string{"cache_describe", "exec", "simple_protocol"}, stateless},
 	}
 	r := rand.New(rand.NewPCG(seed, 7))
-	diffs, calls := 0, 0
+	diffs, calls, scripts := 0, 0, 0
 	for _, path := range paths {
-		for _, mode := range modes {
-			dsn := withParams(t, path.dsn, "default_query_exec_mode", mode)
-			guardedDSN := withParams(t, dsn, pgadvisory.ParamPoolMode, path.poolMode)
+		for _, mode := range path.modes {
+			refDSN := withParams(t, path.refDSN, "default_query_exec_mode", mode)
+			guardedDSN := withParams(t, withParams(t, path.dsn, "default_query_exec_mode", mode), pgadvisory.ParamPoolMode, path.poolMode)
 			what := fmt.Sprintf("%s, exec mode %s (seed %d)", path.name, mode, seed)
 			for range sequences {
-				calls += runAPIScript(t, r, dsn, guardedDSN, what, &diffs)
+				calls += runAPIScript(t, r, path.steps, refDSN, guardedDSN, what, &diffs)
+				scripts++
 			}
 		}
 	}
-	t.Logf("%d scripts of %d calls in %d exec modes on %d paths: %d calls compared, %d scripts differed",
-		sequences, apiScriptSteps, len(modes), len(paths), calls, diffs)
+	t.Logf("%d scripts of %d calls on %d paths: %d calls compared, %d scripts differed",
+		scripts, apiScriptSteps, len(paths), calls, diffs)
+}
+
+// apiSessionSteps names the steps that use a session's state: prepared
+// statements, a temporary table.
+var apiSessionSteps = map[string]bool{
+	"Prepare s1": true, "run s1": true, "Deallocate s1": true, "DeallocateAll": true,
+	"list prepared statements": true, "CopyFrom": true, "transaction: CopyFrom": true,
+	"Exec DEALLOCATE ALL": true, "Exec SELECT 1; DEALLOCATE ALL": true, "Exec DISCARD ALL": true,
+	"Exec discard plans": true, "Exec DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$": true,
+	"Exec PREPARE s2 AS SELECT 2": true, "Exec EXECUTE s2": true, "Exec DEALLOCATE s2": true,
+	"Exec SELECT 1; DEALLOCATE s2": true, "Exec CREATE TEMP TABLE api_copy (x int)": true,
+	"Exec SELECT count(*) FROM api_copy": true,
 }
 
 // apiScriptSteps is the length of a script of TestGuardPgxAPIDifferential.
 const apiScriptSteps = 16
 
-// runAPIScript runs a random script on plain pgx over dsn and through the
-// guard over guardedDSN, each on a new connection (on a session with
+// runAPIScript runs a random script of steps (indexes into apiSteps) on
+// plain pgx over dsn and through the guard over guardedDSN, each on a new connection (on a session with
 // nothing prepared), step by step, and reports the first difference. It
 // returns how many calls it compared.
-func runAPIScript(t *testing.T, r *rand.Rand, dsn, guardedDSN, what string, diffs *int) int {
+func runAPIScript(t *testing.T, r *rand.Rand, steps []int, dsn, guardedDSN, what string, diffs *int) int {
 	t.Helper()
 	ctx := t.Context()
 	script := make([]int, apiScriptSteps)
 	for i := range script {
-		script[i] = r.IntN(len(apiSteps))
+		script[i] = steps[r.IntN(len(steps))]
 	}
 	sides := [2]*apiSide{{conn: connectAPI(t, dsn, false)}, {conn: connectAPI(t, guardedDSN, true)}}
 	for _, s := range sides {
