@@ -74,8 +74,9 @@ func (c *guardConn) namedBeginOK() bool {
 
 // takeBeginName gives namedBeginStmt to the client, which parses or
 // prepares a statement of that name (or mentions it): the server refuses
-// the client's Parse or PREPARE (42P05) if the guard's statement is there; either way the guard leaves the name
-// alone on this connection from now on. c.mu held.
+// the client's Parse or PREPARE (42P05) if the guard's statement is there;
+// either way the guard leaves the name alone on this connection from now
+// on. c.mu held.
 func (c *guardConn) takeBeginName() {
 	c.begin.nameTaken = true
 	c.begin.named = namedBegin{}
