@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/pgadvisory/pgadvisory"
 	"github.com/pgadvisory/pgadvisory/pgbouncer"
@@ -19,8 +21,39 @@ import (
 // apiSide is one connection of TestGuardPgxAPIDifferential and the
 // transaction its script has open.
 type apiSide struct {
-	conn *pgx.Conn
-	tx   pgx.Tx
+	conn    *pgx.Conn
+	tx      pgx.Tx
+	watcher *pgx.Conn // a connection of the test's that sees the server's activity
+}
+
+// cancelOnceRunning returns a context under ctx that ends once a statement
+// begun on the server after this call sleeps there (in pg_sleep), as
+// watcher sees it in pg_stat_activity: the statement is canceled while it
+// runs, never on its way or while it is parsed. A statement the server
+// refuses without running it is not canceled. stop ends the context and the
+// watching; the test's scripts run one statement at a time.
+func cancelOnceRunning(ctx context.Context, watcher *pgx.Conn) (_ context.Context, stop func()) {
+	start := time.Now()
+	running, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		for running.Err() == nil {
+			var n int
+			// Under ctx, not running: ending running must not cancel (and
+			// close) the watcher's own connection.
+			// Sleeping, not only parsed: a Parse shows its text as active
+			// too.
+			err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE wait_event = 'PgSleep' AND query_start >= $1`, start).Scan(&n)
+			if err != nil || n > 0 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return running, func() { cancel(); <-done }
 }
 
 // apiStep is one step of the script: what pgx is asked to do. It returns
@@ -29,6 +62,10 @@ type apiStep struct {
 	name string
 	run  func(ctx context.Context, s *apiSide) (string, error)
 }
+
+// apiSharedTable is a table TestGuardPgxAPIDifferential creates for its
+// scripts' COPY steps: every session sees it.
+const apiSharedTable = "api_copy_shared"
 
 // apiSimpleTexts are the statements the script sends with Exec and no
 // arguments (pgx sends those as a simple Query), among them every way a
@@ -81,6 +118,21 @@ var apiSteps = func() []apiStep {
 		{"transaction: CopyFrom", func(ctx context.Context, s *apiSide) (string, error) {
 			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
 				n, err := tx.CopyFrom(ctx, pgx.Identifier{"api_copy"}, []string{"x"}, pgx.CopyFromRows([][]any{{3}}))
+				return fmt.Sprint(n), err
+			})
+		}},
+		// COPY into a table every session sees (behind transaction pooling
+		// too), and a COPY that pgx ends with a CopyFail: a value that does
+		// not encode as the column's type.
+		{"transaction: CopyFrom into a shared table", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				n, err := tx.CopyFrom(ctx, pgx.Identifier{apiSharedTable}, []string{"x"}, pgx.CopyFromRows([][]any{{4}, {5}}))
+				return fmt.Sprint(n), err
+			})
+		}},
+		{"transaction: CopyFrom of a value that does not encode", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				n, err := tx.CopyFrom(ctx, pgx.Identifier{apiSharedTable}, []string{"x"}, pgx.CopyFromRows([][]any{{6}, {"seven"}}))
 				return fmt.Sprint(n), err
 			})
 		}},
@@ -141,6 +193,36 @@ var apiSteps = func() []apiStep {
 				err = br.QueryRow().Scan(&str)
 			}
 			return fmt.Sprint(n, str), errors.Join(err, br.Close())
+		}},
+		// Statements canceled by their context while the server runs them,
+		// outside a transaction or in one, and as a transaction's first
+		// statement (which carries the guard's deferred BEGIN): pgx sends
+		// the server a cancel request (scripts whose connections use
+		// CancelRequestContextWatcherHandler) or closes the connection (its
+		// default handler), on both sides alike.
+		{"Query canceled by its context", func(ctx context.Context, s *apiSide) (string, error) {
+			ctx, stop := cancelOnceRunning(ctx, s.watcher)
+			defer stop()
+			var v string
+			err := s.conn.QueryRow(ctx, "SELECT pg_sleep($1::float8)::text", 1.0).Scan(&v)
+			return v, err
+		}},
+		{"transaction: first statement canceled", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				ctx, stop := cancelOnceRunning(ctx, s.watcher)
+				defer stop()
+				tag, err := tx.Exec(ctx, "SELECT pg_sleep(1)")
+				return tag.String(), err
+			})
+		}},
+		{"transaction: statement_timeout", func(ctx context.Context, s *apiSide) (string, error) {
+			return transaction(ctx, s.conn, func(tx pgx.Tx) (string, error) {
+				if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '10ms'"); err != nil {
+					return "", err
+				}
+				tag, err := tx.Exec(ctx, "SELECT pg_sleep(1)")
+				return tag.String(), err
+			})
 		}},
 		{"list prepared statements", func(ctx context.Context, s *apiSide) (string, error) {
 			// The guard's own statement (namedBeginName) is the one that
@@ -241,8 +323,10 @@ func compareScript(t *testing.T, what string, script []int, name func(k int) str
 // TestGuardPgxAPIDifferential runs seeded random scripts of pgx calls —
 // transactions (whose BEGIN the guard defers, and where pgx keeps its
 // statements on the server prepares), queries with arguments, Prepare,
-// Deallocate, batches and the SQL forms of dropping prepared statements,
-// mixed with failing statements — on plain pgx and through the guard,
+// Deallocate, batches, COPY, the SQL forms of dropping prepared
+// statements, statements canceled by their context while they run (by a
+// cancel request or by closing the connection), mixed with failing
+// statements — on plain pgx and through the guard,
 // directly on PostgreSQL and through PgBouncer session pooling, in each
 // exec mode, and behind transaction pooling (steps without session state,
 // in the exec modes that keep nothing on the server), and compares what every call returned, the transaction status
@@ -266,19 +350,28 @@ func TestGuardPgxAPIDifferential(t *testing.T) {
 	if n := len(all) - len(stateless); n != len(apiSessionSteps) {
 		t.Fatalf("apiSessionSteps names %d steps, %d of them in apiSteps", len(apiSessionSteps), n)
 	}
+	// Cancel requests only directly: PgBouncer 1.18 exits on pgx's
+	// ("disconnect_client(): bad client state: 0" once the cancel
+	// connection closes first; pgbouncer/pgbouncer#801), plain pgx's too.
 	paths := []struct {
 		name, refDSN, dsn, poolMode string
 		modes                       []string
 		steps                       []int // the steps its scripts draw from
+		cancelRequests              bool  // a quarter of the scripts cancel through the server
 	}{
-		{"direct", c.DirectDSN(), c.DirectDSN(), "direct", allModes, all},
-		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), c.WideDSN(pgbouncer.Session), "session", allModes, all},
+		{"direct", c.DirectDSN(), c.DirectDSN(), "direct", allModes, all, true},
+		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), c.WideDSN(pgbouncer.Session), "session", allModes, all, false},
 		// Behind transaction pooling a statement outside a transaction may
 		// run on another session: no step that uses a session's state, in
 		// the exec modes that keep no statement on the server, against
 		// plain pgx directly on PostgreSQL.
 		{"PgBouncer transaction pooling", c.DirectDSN(), c.WideDSN(pgbouncer.Transaction), "transaction",
-			[]string{"cache_describe", "exec", "simple_protocol"}, stateless},
+			[]string{"cache_describe", "exec", "simple_protocol"}, stateless, false},
+	}
+	watcher := connectAPI(t, c.DirectDSN(), false, func(*pgx.ConnConfig) {})
+	defer watcher.Close(context.Background())
+	if _, err := watcher.Exec(t.Context(), "CREATE TABLE IF NOT EXISTS "+apiSharedTable+" (x int)"); err != nil {
+		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(seed, 7))
 	diffs, calls, scripts := 0, 0, 0
@@ -288,7 +381,7 @@ func TestGuardPgxAPIDifferential(t *testing.T) {
 			guardedDSN := withParams(t, withParams(t, path.dsn, "default_query_exec_mode", mode), pgadvisory.ParamPoolMode, path.poolMode)
 			what := fmt.Sprintf("%s, exec mode %s (seed %d)", path.name, mode, seed)
 			for range sequences {
-				calls += runAPIScript(t, r, path.steps, refDSN, guardedDSN, what, &diffs)
+				calls += runAPIScript(t, r, path.steps, path.cancelRequests, watcher, refDSN, guardedDSN, what, &diffs)
 				scripts++
 			}
 		}
@@ -316,14 +409,22 @@ const apiScriptSteps = 16
 // plain pgx over dsn and through the guard over guardedDSN, each on a new connection (on a session with
 // nothing prepared), step by step, and reports the first difference. It
 // returns how many calls it compared.
-func runAPIScript(t *testing.T, r *rand.Rand, steps []int, dsn, guardedDSN, what string, diffs *int) int {
+func runAPIScript(t *testing.T, r *rand.Rand, steps []int, cancelRequests bool, watcher *pgx.Conn, dsn, guardedDSN, what string, diffs *int) int {
 	t.Helper()
 	ctx := t.Context()
 	script := make([]int, apiScriptSteps)
 	for i := range script {
 		script[i] = steps[r.IntN(len(steps))]
 	}
-	sides := [2]*apiSide{{conn: connectAPI(t, dsn, false)}, {conn: connectAPI(t, guardedDSN, true)}}
+	// A quarter of the scripts cancel through the server, as an
+	// application that configures it does (pgx then waits 100ms after each
+	// cancel request); the others close the connection (pgx's default).
+	configure := func(*pgx.ConnConfig) {}
+	if cancelRequests && r.IntN(4) == 0 {
+		what += ", cancel requests"
+		configure = cancelThroughServer
+	}
+	sides := [2]*apiSide{{conn: connectAPI(t, dsn, false, configure), watcher: watcher}, {conn: connectAPI(t, guardedDSN, true, configure), watcher: watcher}}
 	for _, s := range sides {
 		defer s.conn.Close(context.Background())
 	}
@@ -339,9 +440,9 @@ func runAPIScript(t *testing.T, r *rand.Rand, steps []int, dsn, guardedDSN, what
 	return calls
 }
 
-// connectAPI connects with plain pgx or, guarded, through the guard; the
-// caller closes the connection.
-func connectAPI(t *testing.T, dsn string, guarded bool) *pgx.Conn {
+// connectAPI connects with plain pgx or, guarded, through the guard, with
+// the config changed by configure; the caller closes the connection.
+func connectAPI(t *testing.T, dsn string, guarded bool, configure func(*pgx.ConnConfig)) *pgx.Conn {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	if guarded {
@@ -350,9 +451,20 @@ func connectAPI(t *testing.T, dsn string, guarded bool) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	configure(cfg)
 	conn, err := pgx.ConnectConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// cancelThroughServer makes a connection end a statement whose context ends
+// with a cancel request to the server, as pgconn's
+// CancelRequestContextWatcherHandler does, instead of closing the
+// connection: the session goes on.
+func cancelThroughServer(cfg *pgx.ConnConfig) {
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 2 * time.Second}
+	}
 }

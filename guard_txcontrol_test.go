@@ -58,7 +58,7 @@ func TestGuardTransactionControlDifferential(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	ctx := t.Context()
 	connect := func(dsn string, guarded bool) *pgx.Conn {
-		conn := connectAPI(t, dsn, guarded)
+		conn := connectAPI(t, dsn, guarded, func(*pgx.ConnConfig) {})
 		t.Cleanup(func() { conn.Close(ctx) })
 		return conn
 	}
