@@ -21,11 +21,18 @@ type sqlSide struct {
 	// txCtx is the script's context, which the transactions it opens are
 	// bound to (database/sql rolls back a transaction whose context ends);
 	// each step has a context of its own.
-	txCtx context.Context
-	db    *sql.DB
-	conn  *sql.Conn
-	tx    *sql.Tx
-	stmt  *sql.Stmt
+	txCtx   context.Context
+	db      *sql.DB
+	conn    *sql.Conn
+	tx      *sql.Tx
+	stmt    *sql.Stmt
+	watcher *pgx.Conn // a connection of the test's that sees the server's activity
+	// gone is set once the connection is closed. database/sql then
+	// deadlocks on a *sql.Stmt of the *sql.Conn run while a transaction is
+	// open on it (the Stmt's bad connection closes the Conn, whose lock the
+	// transaction holds; the kind of golang/go#81606), over pgx stdlib as
+	// over the guard's driver.
+	gone bool
 }
 
 // on is where a statement of the script runs: the open transaction, or the
@@ -73,10 +80,10 @@ var sqlSteps = func() []sqlStep {
 		sqlEndStep("Commit", "committed", (*sql.Tx).Commit),
 		sqlEndStep("Rollback", "rolled back", (*sql.Tx).Rollback),
 		// Whole transactions, as applications run them.
-		sqlTransaction("transaction: Exec SELECT 1", func(ctx context.Context, tx *sql.Tx) (string, error) {
+		sqlTransaction("transaction: Exec SELECT 1", func(ctx context.Context, _ *sqlSide, tx *sql.Tx) (string, error) {
 			return sqlRows(tx.ExecContext(ctx, "SELECT 1"))
 		}),
-		sqlTransaction("transaction: QueryRow with an argument", func(ctx context.Context, tx *sql.Tx) (string, error) {
+		sqlTransaction("transaction: QueryRow with an argument", func(ctx context.Context, _ *sqlSide, tx *sql.Tx) (string, error) {
 			var n int
 			err := tx.QueryRowContext(ctx, "SELECT $1::int + 1", 1).Scan(&n)
 			return fmt.Sprint(n), err
@@ -119,6 +126,20 @@ var sqlSteps = func() []sqlStep {
 			s.stmt = nil
 			return "closed", err
 		}},
+		// A statement its context cancels while the server runs it: pgx
+		// stdlib closes the connection (pgx's default), on both sides alike.
+		{"QueryRow canceled by its context", func(ctx context.Context, s *sqlSide) (string, error) {
+			ctx, stop := cancelOnceRunning(ctx, s.watcher)
+			defer stop()
+			var v string
+			err := s.on().QueryRowContext(ctx, "SELECT pg_sleep($1::float8)::text", 1.0).Scan(&v)
+			return v, err
+		}},
+		sqlTransaction("transaction: first statement canceled", func(ctx context.Context, s *sqlSide, tx *sql.Tx) (string, error) {
+			ctx, stop := cancelOnceRunning(ctx, s.watcher)
+			defer stop()
+			return sqlRows(tx.ExecContext(ctx, "SELECT pg_sleep(1)"))
+		}),
 		{"list prepared statements", func(ctx context.Context, s *sqlSide) (string, error) {
 			// Without their names: pgx stdlib names a Prepare's statement
 			// after a counter of its process (the guard's, namedBeginName,
@@ -151,7 +172,7 @@ func sqlEndStep(name, done string, end func(*sql.Tx) error) sqlStep {
 // sqlTransaction runs body in a transaction of its own and commits, or
 // rolls back when body fails; in the script's open transaction it does
 // nothing (database/sql would wait for it).
-func sqlTransaction(name string, body func(ctx context.Context, tx *sql.Tx) (string, error)) sqlStep {
+func sqlTransaction(name string, body func(ctx context.Context, s *sqlSide, tx *sql.Tx) (string, error)) sqlStep {
 	return sqlStep{name, func(ctx context.Context, s *sqlSide) (string, error) {
 		if s.tx != nil {
 			return "in a transaction", nil
@@ -160,7 +181,7 @@ func sqlTransaction(name string, body func(ctx context.Context, tx *sql.Tx) (str
 		if err != nil {
 			return "", err
 		}
-		res, err := body(ctx, tx)
+		res, err := body(ctx, s, tx)
 		if err != nil {
 			return res, errors.Join(err, tx.Rollback())
 		}
@@ -178,27 +199,34 @@ func sqlRows(res sql.Result, err error) (string, error) {
 }
 
 // sqlOutcome is what a step showed its caller, and the transaction status
-// of the session after it.
+// of the session after it. A session whose connection a canceled statement
+// closed is gone: the script's later steps leave it alone (see
+// runSQLScript).
 func sqlOutcome(t *testing.T, s *sqlSide, result string, err error) string {
 	var status byte
-	if err := s.conn.Raw(func(dc any) error {
+	if rawErr := s.conn.Raw(func(dc any) error {
 		// *stdlib.Conn and pgadvisory's *Conn both have Conn() *pgx.Conn.
 		c, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
-			return fmt.Errorf("driver connection %T has no pgx connection", dc)
+			t.Fatalf("driver connection %T has no pgx connection", dc)
 		}
+		s.gone = c.Conn().IsClosed()
 		status = c.Conn().PgConn().TxStatus()
 		return nil
-	}); err != nil {
-		t.Fatal(err)
+	}); rawErr != nil {
+		t.Fatal(rawErr)
+	}
+	if s.gone {
+		return diffOutcome(result, err, status) + ", connection closed"
 	}
 	return diffOutcome(result, err, status)
 }
 
 // TestGuardSQLDifferential runs seeded random scripts of database/sql calls
 // on one connection (*sql.Conn) — transactions (whose BEGIN the guard
-// defers), queries with arguments, prepared statements and the SQL forms of
-// dropping prepared statements, mixed with failing statements — on pgx
+// defers), queries with arguments, prepared statements, the SQL forms of
+// dropping prepared statements and statements canceled by their context
+// while they run, mixed with failing statements — on pgx
 // stdlib (sql.Open("pgx")) and on pgadvisory's driver, directly on
 // PostgreSQL and through PgBouncer session pooling, and compares what every
 // call returned and the session's prepared statements. No lock is at
@@ -213,6 +241,8 @@ func TestGuardSQLDifferential(t *testing.T) {
 		{"direct", c.DirectDSN(), "direct"},
 		{"PgBouncer session pooling", c.WideDSN(pgbouncer.Session), "session"},
 	}
+	watcher := connectAPI(t, c.DirectDSN(), false, func(*pgx.ConnConfig) {})
+	defer watcher.Close(context.Background())
 	r := rand.New(rand.NewPCG(seed, 11))
 	diffs, calls := 0, 0
 	for _, path := range paths {
@@ -220,7 +250,7 @@ func TestGuardSQLDifferential(t *testing.T) {
 		guarded := openSQL(t, "pgadvisory", withParams(t, path.dsn, pgadvisory.ParamPoolMode, path.poolMode))
 		what := fmt.Sprintf("%s (seed %d)", path.name, seed)
 		for range sequences {
-			calls += runSQLScript(t, r, plain, guarded, what, &diffs)
+			calls += runSQLScript(t, r, plain, guarded, watcher, what, &diffs)
 		}
 	}
 	t.Logf("%d scripts of %d calls on %d paths: %d calls compared, %d scripts differed",
@@ -243,14 +273,14 @@ func openSQL(t *testing.T, driver, dsn string) *sql.DB {
 // runSQLScript runs a random script on a connection of plain and one of
 // guarded, step by step, and reports the first difference. It returns how
 // many calls it compared.
-func runSQLScript(t *testing.T, r *rand.Rand, plain, guarded *sql.DB, what string, diffs *int) int {
+func runSQLScript(t *testing.T, r *rand.Rand, plain, guarded *sql.DB, watcher *pgx.Conn, what string, diffs *int) int {
 	t.Helper()
 	ctx := t.Context()
 	script := make([]int, apiScriptSteps)
 	for i := range script {
 		script[i] = r.IntN(len(sqlSteps))
 	}
-	sides := [2]*sqlSide{{txCtx: ctx, db: plain}, {txCtx: ctx, db: guarded}}
+	sides := [2]*sqlSide{{txCtx: ctx, db: plain, watcher: watcher}, {txCtx: ctx, db: guarded, watcher: watcher}}
 	for _, s := range sides {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
@@ -270,6 +300,9 @@ func runSQLScript(t *testing.T, r *rand.Rand, plain, guarded *sql.DB, what strin
 	calls, differed := compareScript(t, what, script, func(k int) string { return sqlSteps[k].name }, func(k, side int) string {
 		ctx, cancel := context.WithTimeout(ctx, diffStepWait) // a hang is a difference, not the suite's timeout
 		defer cancel()
+		if sides[side].gone {
+			return "connection closed"
+		}
 		res, err := sqlSteps[k].run(ctx, sides[side])
 		return sqlOutcome(t, sides[side], res, err)
 	})
