@@ -374,20 +374,45 @@ func TestGuardPgxAPIDifferential(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(seed, 7))
+	// The guard's settings are drawn from a source of their own, so that a
+	// seed's scripts stay what they were.
+	settings := rand.New(rand.NewPCG(seed, 13))
 	diffs, calls, scripts := 0, 0, 0
 	for _, path := range paths {
 		for _, mode := range path.modes {
 			refDSN := withParams(t, path.refDSN, "default_query_exec_mode", mode)
 			guardedDSN := withParams(t, withParams(t, path.dsn, "default_query_exec_mode", mode), pgadvisory.ParamPoolMode, path.poolMode)
-			what := fmt.Sprintf("%s, exec mode %s (seed %d)", path.name, mode, seed)
 			for range sequences {
-				calls += runAPIScript(t, r, path.steps, path.cancelRequests, watcher, refDSN, guardedDSN, what, &diffs)
+				dsn, set := apiGuardSettings(t, settings, guardedDSN)
+				what := fmt.Sprintf("%s, exec mode %s, %s (seed %d)", path.name, mode, set, seed)
+				calls += runAPIScript(t, r, path.steps, path.cancelRequests, watcher, refDSN, dsn, what, &diffs)
 				scripts++
 			}
 		}
 	}
 	t.Logf("%d scripts of %d calls on %d paths: %d calls compared, %d scripts differed",
 		scripts, apiScriptSteps, len(paths), calls, diffs)
+}
+
+// apiGuardSettings draws the guard's settings for a script: its policy for
+// session-level locks (none is at stake, so every policy must behave as
+// pgx) and whether it defers a transaction's BEGIN to send it with the
+// first statement. It returns dsn with them and what they are.
+func apiGuardSettings(t *testing.T, r *rand.Rand, dsn string) (string, string) {
+	t.Helper()
+	var set []string
+	if p := [...]string{"", "rewrite", "hold", "warn", "allow"}[r.IntN(5)]; p != "" {
+		dsn = withParams(t, dsn, pgadvisory.ParamPolicy, p)
+		set = append(set, "policy "+p)
+	}
+	if r.IntN(4) == 0 {
+		dsn = withParams(t, dsn, pgadvisory.ParamPipelineBegin, "false")
+		set = append(set, "BEGIN not deferred")
+	}
+	if set == nil {
+		return dsn, "default settings"
+	}
+	return dsn, strings.Join(set, ", ")
 }
 
 // apiSessionSteps names the steps that use a session's state: prepared
