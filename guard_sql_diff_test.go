@@ -230,7 +230,8 @@ func sqlOutcome(t *testing.T, s *sqlSide, result string, err error) string {
 // stdlib (sql.Open("pgx")) and on pgadvisory's driver, directly on
 // PostgreSQL and through PgBouncer session pooling, and compares what every
 // call returned and the session's prepared statements. No lock is at
-// stake: the driver must behave as pgx stdlib. PGADVISORY_DIFF_SEQUENCES
+// stake: the driver must behave as pgx stdlib, under each of the guard's
+// settings the pgx differential draws. PGADVISORY_DIFF_SEQUENCES
 // sets how many scripts run per path (default 120), PGADVISORY_DIFF_SEED
 // their seed.
 func TestGuardSQLDifferential(t *testing.T) {
@@ -244,13 +245,18 @@ func TestGuardSQLDifferential(t *testing.T) {
 	watcher := connectAPI(t, c.DirectDSN(), false, func(*pgx.ConnConfig) {})
 	defer watcher.Close(context.Background())
 	r := rand.New(rand.NewPCG(seed, 11))
+	settings := rand.New(rand.NewPCG(seed, 13)) // as in TestGuardPgxAPIDifferential
 	diffs, calls := 0, 0
 	for _, path := range paths {
 		plain := openSQL(t, "pgx", path.dsn)
-		guarded := openSQL(t, "pgadvisory", withParams(t, path.dsn, pgadvisory.ParamPoolMode, path.poolMode))
-		what := fmt.Sprintf("%s (seed %d)", path.name, seed)
+		guarded := map[string]*sql.DB{} // a handle per drawn DSN
 		for range sequences {
-			calls += runSQLScript(t, r, plain, guarded, watcher, what, &diffs)
+			dsn, set := apiGuardSettings(t, settings, withParams(t, path.dsn, pgadvisory.ParamPoolMode, path.poolMode))
+			if guarded[dsn] == nil {
+				guarded[dsn] = openSQL(t, "pgadvisory", dsn)
+			}
+			what := fmt.Sprintf("%s, %s (seed %d)", path.name, set, seed)
+			calls += runSQLScript(t, r, plain, guarded[dsn], watcher, what, &diffs)
 		}
 	}
 	t.Logf("%d scripts of %d calls on %d paths: %d calls compared, %d scripts differed",
