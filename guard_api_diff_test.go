@@ -41,10 +41,9 @@ func cancelOnceRunning(ctx context.Context, watcher *pgx.Conn) (_ context.Contex
 		defer cancel()
 		for running.Err() == nil {
 			var n int
-			// Under ctx, not running: ending running must not cancel (and
+			// Sleeping, not only parsed (a Parse shows its text as active
+			// too); under ctx, not running, whose end must not cancel (and
 			// close) the watcher's own connection.
-			// Sleeping, not only parsed: a Parse shows its text as active
-			// too.
 			err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE wait_event = 'PgSleep' AND query_start >= $1`, start).Scan(&n)
 			if err != nil || n > 0 {
@@ -323,17 +322,17 @@ func compareScript(t *testing.T, what string, script []int, name func(k int) str
 // TestGuardPgxAPIDifferential runs seeded random scripts of pgx calls —
 // transactions (whose BEGIN the guard defers, and where pgx keeps its
 // statements on the server prepares), queries with arguments, Prepare,
-// Deallocate, batches, COPY, the SQL forms of dropping prepared
-// statements, statements canceled by their context while they run (by a
-// cancel request or by closing the connection), mixed with failing
-// statements — on plain pgx and through the guard,
-// directly on PostgreSQL and through PgBouncer session pooling, in each
-// exec mode, and behind transaction pooling (steps without session state,
-// in the exec modes that keep nothing on the server), and compares what every call returned, the transaction status
-// after it, and the session's prepared statements. No lock is at stake:
-// the guard must behave as pgx. PGADVISORY_DIFF_SEQUENCES sets how many
-// scripts run per path and exec mode (default 40), PGADVISORY_DIFF_SEED
-// their seed.
+// Deallocate, batches, COPY, the SQL forms of dropping prepared statements,
+// statements canceled by their context while they run (by a cancel request
+// or by closing the connection), mixed with failing statements — on plain
+// pgx and through the guard under settings each script draws
+// (apiGuardSettings), directly on PostgreSQL and through PgBouncer session
+// pooling, in each exec mode, and behind transaction pooling (steps without
+// session state, in the exec modes that keep nothing on the server), and
+// compares what every call returned, the transaction status after it, and
+// the session's prepared statements. No lock is at stake: the guard must
+// behave as pgx. PGADVISORY_DIFF_SEQUENCES sets how many scripts run per
+// path and exec mode (default 40), PGADVISORY_DIFF_SEED their seed.
 func TestGuardPgxAPIDifferential(t *testing.T) {
 	c := pgbouncer.Need(t, cluster)
 	sequences, _ := diffEnv(t, "PGADVISORY_DIFF_SEQUENCES", 40)
