@@ -51,6 +51,17 @@ func TestBadInputNeverReachesTheServer(t *testing.T) {
 		{"nil LockOption", func() error { return XactLock(ctx, tx, IntKey(1), nil) }, "nil LockOption"},
 		{"WithTimeout(0)", func() error { return XactLock(ctx, tx, IntKey(1), WithTimeout(0)) }, "must be positive"},
 		{"WithTimeout(-1s)", func() error { return XactLock(ctx, tx, IntKey(1), WithTimeout(-time.Second)) }, "must be positive"},
+		{"WithLockTimeout(0)", func() error { return XactLock(ctx, tx, IntKey(1), WithLockTimeout(0)) }, "must be positive"},
+		{"WithLockTimeout(-1s)", func() error { return XactLock(ctx, tx, IntKey(1), WithLockTimeout(-time.Second)) }, "must be positive"},
+		{"WithLockTimeout with WithTimeout", func() error {
+			return WithXactLock(ctx, db, IntKey(1), fn, WithTimeout(time.Second), WithLockTimeout(time.Second))
+		}, "use one"},
+		{"NoWait with WithLockTimeout", func() error { return XactLock(ctx, tx, IntKey(1), NoWait(), WithLockTimeout(time.Second)) }, "NoWait"},
+		{"WithLockTimeout on a session lock", func() error {
+			_, err := HoldSession(ctx, db, IntKey(1), WithPoolMode(poolmode.Direct), WithLockTimeout(time.Second))
+			return err
+		}, "WithLockTimeout does not apply"},
+		{"WithLockTimeout on TryXactLock", func() error { _, err := TryXactLock(ctx, tx, IntKey(1), WithLockTimeout(time.Second)); return err }, "does not apply"},
 		{"WithLease(0)", func() error { return WithXactLock(ctx, db, IntKey(1), fn, WithLease(0)) }, "must be positive"},
 		{"WithLease(-1ms)", func() error { return WithXactLock(ctx, db, IntKey(1), fn, WithLease(-time.Millisecond)) }, "must be positive"},
 		{"WithFencing(nil)", func() error { return WithXactLock(ctx, db, IntKey(1), fn, WithFencing(nil)) }, "must not be nil"},

@@ -51,12 +51,15 @@
 // in pg_advisory_lock was measured to leave its backend behind, which then
 // took the lock with nobody attached. This package therefore sets
 // lock_timeout for the transaction in the very statement that takes the
-// lock, from WithTimeout and the context deadline (whichever is sooner,
-// rounded up to a whole millisecond):
+// lock, from WithTimeout or WithLockTimeout and the context deadline
+// (whichever is sooner, rounded up to a whole millisecond):
 //
 //	SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)
 //
-// One round trip, all values bound as parameters. A context that has
+// One round trip, all values bound as parameters. WithTimeout bounds the
+// wait for a connection too, on the client (a timer and a context of its
+// own); WithLockTimeout bounds the lock's wait alone, on the server, and
+// costs nothing more than the statement's argument. A context that has
 // already expired fails before anything is sent. RestoreLockTimeout puts the
 // previous value back after the grant. When the deadline fires on the client
 // first, drivers return a context error instead of the server's 55P03; both

@@ -47,6 +47,28 @@ func ExampleWithXactLock() {
 	}
 }
 
+// A request handler whose context already bounds the whole call: the lock's
+// own wait is bounded by the server alone (lock_timeout, no timer on the
+// client). A key still held after 500 ms is someone else's work.
+func ExampleWithLockTimeout() {
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the request's deadline
+	defer cancel()
+	key := advisory.NamespacedKey("billing", "subscription-7")
+	err = advisory.WithXactLock(ctx, db, key, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE subscriptions SET billed_at = now() WHERE id = $1", 7)
+		return err
+	}, advisory.WithLockTimeout(500*time.Millisecond))
+	if errors.Is(err, advisory.ErrLockTimeout) {
+		fmt.Println("another replica is billing it")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+}
+
 // Inside a transaction you manage: a *sql.Tx, or sqlx's *sqlx.Tx (see
 // package github.com/pgadvisory/pgadvisory/sqlxbind for sqlx over the
 // pgadvisory driver).

@@ -141,6 +141,13 @@ func TestIntegrationTimeout(t *testing.T) {
 			t.Fatalf("err = %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
 		}
 
+		// WithLockTimeout: the same 55P03, from the server alone.
+		err = advisory.WithXactLock(ctx, db, key, func(context.Context, *sql.Tx) error { return nil },
+			advisory.WithLockTimeout(100*time.Millisecond))
+		if !errors.Is(err, advisory.ErrLockTimeout) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			t.Fatalf("WithLockTimeout: err = %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
+		}
+
 		// The context deadline alone: lock_timeout comes from it. Either
 		// side may notice first; both are ErrLockTimeout.
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)

@@ -75,6 +75,15 @@ func TestXactLockStatements(t *testing.T) {
 			m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
 				WithArgs("1ms", int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
 		}},
+		{"lock-timeout", key, []advisory.LockOption{advisory.WithLockTimeout(1500 * time.Millisecond)}, func(m sqlmock.Sqlmock) {
+			m.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+				WithArgs("1500ms", int64(42)).WillReturnResult(sqlmock.NewResult(0, 1))
+		}},
+		{"lock-timeout-restore", key, []advisory.LockOption{advisory.WithLockTimeout(time.Microsecond), advisory.RestoreLockTimeout()}, func(m sqlmock.Sqlmock) {
+			m.ExpectQuery("SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+				WithArgs("1ms", int64(42)).WillReturnRows(sqlmock.NewRows([]string{"current_setting", "set_config", "lock"}).AddRow("0", "1ms", nil))
+			m.ExpectExec("SELECT set_config('lock_timeout', $1, true)").WithArgs("0").WillReturnResult(sqlmock.NewResult(0, 1))
+		}},
 		{"shared-pair", advisory.PairKey(-3, 4), []advisory.LockOption{advisory.Shared()}, func(m sqlmock.Sqlmock) {
 			m.ExpectExec("SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)").
 				WithArgs(int64(-3), int64(4)).WillReturnResult(sqlmock.NewResult(0, 1))
@@ -106,7 +115,7 @@ func TestXactLockStatements(t *testing.T) {
 }
 
 // The context deadline becomes lock_timeout when it is sooner than
-// WithTimeout; its exact value depends on the clock, so the matcher checks
+// WithTimeout or WithLockTimeout; its exact value depends on the clock, so the matcher checks
 // the bound.
 type msAtMost time.Duration
 
@@ -120,14 +129,16 @@ func (b msAtMost) Match(v driver.Value) bool {
 }
 
 func TestXactLockDeadlineSoonerThanTimeout(t *testing.T) {
-	db, mock := newMock(t)
-	tx := begin(t, db, mock)
-	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
-		WithArgs(msAtMost(time.Hour), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	if err := advisory.XactLock(ctx, tx, advisory.IntKey(7), advisory.WithTimeout(24*time.Hour)); err != nil {
-		t.Fatal(err)
+	for _, opt := range []advisory.LockOption{advisory.WithTimeout(24 * time.Hour), advisory.WithLockTimeout(24 * time.Hour)} {
+		db, mock := newMock(t)
+		tx := begin(t, db, mock)
+		mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+			WithArgs(msAtMost(time.Hour), int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		if err := advisory.XactLock(ctx, tx, advisory.IntKey(7), opt); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
 	}
 }
 
@@ -407,6 +418,22 @@ func (c lateAnswerConn) ExecContext(ctx context.Context, query string, args []dr
 	return c.mockConn.ExecContext(context.WithoutCancel(ctx), query, args)
 }
 
+// lateAnswerDB is a database whose connections answer every Exec after
+// delay (lateAnswerConn), over a go-sqlmock whose statements match exactly.
+func lateAnswerDB(t *testing.T, delay time.Duration) (*sql.DB, sqlmock.Sqlmock) {
+	t.Helper()
+	dsn := fmt.Sprintf("advisory-late-answer-%d", holdMockSeq.Add(1))
+	mockDB, mock, err := sqlmock.NewWithDSN(dsn, sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mockDB.Close() })
+	db := sql.OpenDB(wrappingConnector{drv: mockDB.Driver(), dsn: dsn,
+		wrap: func(mc mockConn) driver.Conn { return lateAnswerConn{mockConn: mc, delay: delay} }})
+	t.Cleanup(func() { db.Close() })
+	return db, mock
+}
+
 // A lock statement whose answer arrives only after WithTimeout's bound (what
 // is left of it plus a 500 ms margin) has fired is a timeout: the bound
 // canceled the context the transaction was begun with, so database/sql
@@ -415,15 +442,7 @@ func (c lateAnswerConn) ExecContext(ctx context.Context, query string, args []dr
 // does not count as durably blocked. The answer comes a second after the
 // bound; nothing here is timed.)
 func TestWithXactLockAnswerAfterBound(t *testing.T) {
-	dsn := fmt.Sprintf("advisory-late-answer-%d", holdMockSeq.Add(1))
-	mockDB, mock, err := sqlmock.NewWithDSN(dsn, sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mockDB.Close()
-	db := sql.OpenDB(wrappingConnector{drv: mockDB.Driver(), dsn: dsn,
-		wrap: func(mc mockConn) driver.Conn { return lateAnswerConn{mockConn: mc, delay: 2500 * time.Millisecond} }})
-	defer db.Close()
+	db, mock := lateAnswerDB(t, 2500*time.Millisecond)
 	// Open the connection first: WithTimeout bounds the wait for one, and
 	// the bound under test is the one after BEGIN.
 	if err := db.PingContext(t.Context()); err != nil {
@@ -436,7 +455,7 @@ func TestWithXactLockAnswerAfterBound(t *testing.T) {
 	mock.ExpectRollback()
 
 	ran := false
-	err = advisory.WithXactLock(t.Context(), db, advisory.IntKey(7), func(context.Context, *sql.Tx) error {
+	err := advisory.WithXactLock(t.Context(), db, advisory.IntKey(7), func(context.Context, *sql.Tx) error {
 		ran = true
 		return nil
 	}, advisory.WithTimeout(time.Second))
@@ -456,5 +475,31 @@ func TestWithXactLockAnswerAfterBound(t *testing.T) {
 		if time.Now().After(wait) {
 			t.Fatalf("a minute after the call: %v", err)
 		}
+	}
+}
+
+// WithLockTimeout bounds the lock's wait on the server alone: an answer that
+// comes well after its limit plus WithTimeout's margin (here the statement
+// waited in a pooler's queue, say) is taken as it is, and the callback runs,
+// where WithTimeout's bound would have given up on the client
+// (TestWithXactLockAnswerAfterBound).
+func TestWithXactLockLockTimeoutHasNoClientBound(t *testing.T) {
+	db, mock := lateAnswerDB(t, 700*time.Millisecond)
+
+	mock.ExpectBegin()
+	mock.ExpectExec("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)").
+		WithArgs("1ms", int64(7)).WillReturnResult(sqlmock.NewResult(0, 1))
+	mock.ExpectCommit()
+
+	ran := false
+	err := advisory.WithXactLock(t.Context(), db, advisory.IntKey(7), func(context.Context, *sql.Tx) error {
+		ran = true
+		return nil
+	}, advisory.WithLockTimeout(time.Millisecond))
+	if err != nil || !ran {
+		t.Fatalf("err %v, callback ran %v: want the lock granted and the callback run", err, ran)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Fatal(err)
 	}
 }

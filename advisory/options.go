@@ -28,23 +28,25 @@ const (
 	optTxOptions
 	optPoolMode
 	optHealth
+	optLockTimeout
 )
 
 var optNames = map[optBit]string{
-	optTimeout:   "WithTimeout",
-	optShared:    "Shared",
-	optNoWait:    "NoWait",
-	optLease:     "WithLease",
-	optFencing:   "WithFencing",
-	optRestore:   "RestoreLockTimeout",
-	optTxOptions: "WithTxOptions",
-	optPoolMode:  "WithPoolMode",
-	optHealth:    "WithHealthInterval",
+	optTimeout:     "WithTimeout",
+	optShared:      "Shared",
+	optNoWait:      "NoWait",
+	optLease:       "WithLease",
+	optFencing:     "WithFencing",
+	optRestore:     "RestoreLockTimeout",
+	optTxOptions:   "WithTxOptions",
+	optPoolMode:    "WithPoolMode",
+	optHealth:      "WithHealthInterval",
+	optLockTimeout: "WithLockTimeout",
 }
 
 type config struct {
 	set      optBit
-	timeout  time.Duration // what is left of the wait limit
+	timeout  time.Duration // what is left of the wait limit (WithTimeout, WithLockTimeout)
 	given    time.Duration // WithTimeout's argument
 	lease    time.Duration
 	token    *Token
@@ -82,13 +84,22 @@ func (c *config) fail(err error) {
 // statement leaves lock_timeout alone (the role's or server's setting
 // applies; 0, the default, waits forever).
 func WithTimeout(d time.Duration) LockOption {
-	return func(c *config) {
-		c.set |= optTimeout
-		if d <= 0 {
-			c.fail(fmt.Errorf("advisory: WithTimeout(%v): duration must be positive", d))
-		}
-		c.timeout, c.given = d, d
-	}
+	return durationOption(optTimeout, d, func(c *config, d time.Duration) { c.timeout, c.given = d, d })
+}
+
+// WithLockTimeout bounds the wait for the lock alone, on the server: the
+// lock statement sets lock_timeout to d for the transaction (a context
+// deadline that comes sooner sets it instead), and a wait that ends is a
+// *LockError matching ErrLockTimeout. Nothing runs on the client: no timer
+// and no context besides the caller's, so it costs no more than the lock
+// statement's argument. The wait for a connection (a slot of the client's
+// pool, a server connection of a pooler) and a lock statement queued in a
+// pooler are bounded only by the context; WithTimeout bounds those too, on
+// the client. Use one or the other. It applies to the transaction-lock
+// functions; d must be positive (PostgreSQL counts whole milliseconds:
+// rounded up).
+func WithLockTimeout(d time.Duration) LockOption {
+	return durationOption(optLockTimeout, d, func(c *config, d time.Duration) { c.timeout = d })
 }
 
 // Shared takes the lock in shared mode (pg_advisory_xact_lock_shared):
@@ -110,13 +121,7 @@ func NoWait() LockOption { return func(c *config) { c.set |= optNoWait } }
 // wakes up; pair it with WithFencing for that. d must be positive;
 // PostgreSQL rounds to milliseconds (rounded up here).
 func WithLease(d time.Duration) LockOption {
-	return func(c *config) {
-		c.set |= optLease
-		if d <= 0 {
-			c.fail(fmt.Errorf("advisory: WithLease(%v): duration must be positive", d))
-		}
-		c.lease = d
-	}
+	return durationOption(optLease, d, func(c *config, d time.Duration) { c.lease = d })
 }
 
 // WithFencing stores a fencing token in *dst once the lock is granted: a
@@ -137,7 +142,8 @@ func WithFencing(dst *Token) LockOption {
 // RestoreLockTimeout puts lock_timeout back to its previous value for the
 // rest of the transaction once the lock is granted, so that the statements
 // that follow are not bound by the lock's wait limit. It costs one more
-// round trip, and only matters with WithTimeout or a context deadline.
+// round trip, and only matters with WithTimeout, WithLockTimeout or a
+// context deadline.
 func RestoreLockTimeout() LockOption { return func(c *config) { c.set |= optRestore } }
 
 // WithTxOptions sets the isolation level and read-only flag of the
@@ -169,12 +175,19 @@ func WithPoolMode(m poolmode.Mode) LockOption {
 // lock's loss is noticed at most about one interval late. d must be
 // positive.
 func WithHealthInterval(d time.Duration) LockOption {
+	return durationOption(optHealth, d, func(c *config, d time.Duration) { c.interval = d })
+}
+
+// durationOption is the option b, whose duration d must be positive; set
+// stores it (a function literal that captures nothing, so that an option
+// costs one allocation).
+func durationOption(b optBit, d time.Duration, set func(*config, time.Duration)) LockOption {
 	return func(c *config) {
-		c.set |= optHealth
+		c.set |= b
 		if d <= 0 {
-			c.fail(fmt.Errorf("advisory: WithHealthInterval(%v): duration must be positive", d))
+			c.fail(fmt.Errorf("advisory: %s(%v): duration must be positive", optNames[b], d))
 		}
-		c.interval = d
+		set(c, d)
 	}
 }
 
@@ -197,8 +210,12 @@ func newConfig(fn string, allowed optBit, opts []LockOption) (*config, error) {
 			}
 		}
 	}
-	if c.set&optNoWait != 0 && c.set&(optTimeout|optRestore) != 0 {
-		return nil, fmt.Errorf("advisory: %s: NoWait does not wait, so WithTimeout and RestoreLockTimeout do not apply", fn)
+	if c.set&optNoWait != 0 && c.set&(optTimeout|optLockTimeout|optRestore) != 0 {
+		return nil, fmt.Errorf("advisory: %s: NoWait does not wait, so WithTimeout, WithLockTimeout and RestoreLockTimeout do not apply", fn)
+	}
+	if c.set&optTimeout != 0 && c.set&optLockTimeout != 0 {
+		return nil, fmt.Errorf("advisory: %s: WithTimeout and WithLockTimeout both set the lock's wait limit; use one "+
+			"(WithTimeout also bounds the wait for a connection, on the client)", fn)
 	}
 	return c, nil
 }

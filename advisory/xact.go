@@ -37,7 +37,7 @@ const (
 
 // Options each kind of lock function accepts.
 const (
-	xactLockOpts = optTimeout | optShared | optNoWait | optLease | optFencing | optRestore
+	xactLockOpts = optTimeout | optLockTimeout | optShared | optNoWait | optLease | optFencing | optRestore
 	withLockOpts = xactLockOpts | optTxOptions
 	tryLockOpts  = optShared | optLease | optFencing
 )
@@ -60,8 +60,8 @@ const (
 // context deadline, is a *LockError matching ErrConnTimeout, never
 // ErrLockTimeout: the lock was not even asked for.
 //
-// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
-// RestoreLockTimeout, WithTxOptions.
+// Options: WithTimeout or WithLockTimeout, Shared, NoWait, WithLease,
+// WithFencing, RestoreLockTimeout, WithTxOptions.
 func WithXactLock(ctx context.Context, db Beginner, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...LockOption) error {
 	var body func(context.Context, bridge.Tx) error
 	if fn != nil {
@@ -255,8 +255,8 @@ func leaseLost(key Key, err error) error {
 // transactions (*sql.DB, *sql.Conn) is refused, because there the lock would
 // be released as soon as the statement ends.
 //
-// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
-// RestoreLockTimeout.
+// Options: WithTimeout or WithLockTimeout, Shared, NoWait, WithLease,
+// WithFencing, RestoreLockTimeout.
 func XactLock(ctx context.Context, tx Querier, key Key, opts ...LockOption) (err error) {
 	if err := needTx("XactLock", ctx, tx); err != nil {
 		return err
@@ -481,7 +481,7 @@ func waitLimit(ctx context.Context, key Key, c *config) (any, error) {
 	if c.has(optNoWait) {
 		return nil, nil
 	}
-	d, have := c.timeout, c.has(optTimeout)
+	d, have := c.timeout, c.has(optTimeout|optLockTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		rem := time.Until(dl)
 		if rem <= 0 {

@@ -44,6 +44,10 @@ func TestIntegrationSemantics(t *testing.T) {
 				if !errors.Is(err, advisory.ErrLockTimeout) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
 					t.Fatalf("held key with WithTimeout: %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
 				}
+				err = h.run(ctx, key, noop, advisory.WithLockTimeout(100*time.Millisecond))
+				if !errors.Is(err, advisory.ErrLockTimeout) || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+					t.Fatalf("held key with WithLockTimeout: %v; want ErrLockTimeout wrapping SQLSTATE 55P03", err)
+				}
 				if err := h.run(ctx, key, noop, advisory.NoWait()); !errors.Is(err, advisory.ErrNotAcquired) {
 					t.Fatalf("held key with NoWait: %v; want ErrNotAcquired", err)
 				}

@@ -91,8 +91,8 @@ var core = bridge.Core.(lockCore)
 // lock one matching advisory.ErrLockTimeout. WithTxOptions' isolation
 // levels map to pgx's (Snapshot and Linearizable are refused).
 //
-// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
-// RestoreLockTimeout, WithTxOptions.
+// Options: WithTimeout or WithLockTimeout, Shared, NoWait, WithLease,
+// WithFencing, RestoreLockTimeout, WithTxOptions.
 func WithXactLock(ctx context.Context, db Beginner, key advisory.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...advisory.LockOption) error {
 	var run bridge.XactRun // nil: no callback, which the core refuses
 	if fn != nil {
@@ -134,8 +134,8 @@ func (r *xactRun) Body(ctx context.Context) error { return r.fn(ctx, r.tx) }
 // advisory.ErrDeadlock or (with NoWait) advisory.ErrNotAcquired; after any
 // but ErrNotAcquired the server has aborted the transaction: roll it back.
 //
-// Options: WithTimeout, Shared, NoWait, WithLease, WithFencing,
-// RestoreLockTimeout.
+// Options: WithTimeout or WithLockTimeout, Shared, NoWait, WithLease,
+// WithFencing, RestoreLockTimeout.
 func XactLock(ctx context.Context, tx pgx.Tx, key advisory.Key, opts ...advisory.LockOption) (err error) {
 	if tx == nil || isNilTx(tx) {
 		return errors.New("advisory: pgxadvisory.XactLock: nil transaction")
