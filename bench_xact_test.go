@@ -17,7 +17,9 @@ import (
 // through the pgadvisory driver (BEGIN sent with the lock statement),
 // directly (pgx's default exec mode) and through PgBouncer in transaction
 // mode (pgx stdlib in exec mode, the pgadvisory driver told the pool mode).
-// The lock statement sets lock_timeout (WithTimeout), as the bench's does.
+// The lock statement sets lock_timeout, as the bench's does: under
+// WithLockTimeout (on the server alone, the lab's cells) and, for the
+// pgadvisory driver, under WithTimeout too (a bound on the client as well).
 // It is the database/sql counterpart of pgxadvisory's BenchmarkXactLockCycle,
 // one cycle at a time, which is what the lab's instructions and syscalls
 // commands count (BenchmarkLockCycle runs many workers at once):
@@ -33,9 +35,13 @@ func BenchmarkXactLockCycle(b *testing.B) {
 	noop := func(context.Context, *sql.Tx) error { return nil }
 	const key = 7_700_000
 	for _, t := range targets {
-		for _, drv := range []struct{ name, driver, dsn string }{
-			{"pgx-stdlib", "pgx", t.plainDSN},
-			{"pgadvisory", "pgadvisory", t.guardedDSN},
+		for _, drv := range []struct {
+			name, driver, dsn string
+			bound             advisory.LockOption
+		}{
+			{"pgx-stdlib", "pgx", t.plainDSN, advisory.WithLockTimeout(5 * time.Second)},
+			{"pgadvisory", "pgadvisory", t.guardedDSN, advisory.WithLockTimeout(5 * time.Second)},
+			{"pgadvisory-clientbound", "pgadvisory", t.guardedDSN, advisory.WithTimeout(5 * time.Second)},
 		} {
 			b.Run("target="+t.name+"/driver="+drv.name, func(b *testing.B) {
 				db, err := sql.Open(drv.driver, drv.dsn)
@@ -46,7 +52,7 @@ func BenchmarkXactLockCycle(b *testing.B) {
 				db.SetMaxOpenConns(1)
 				ctx := b.Context()
 				cycle := func() {
-					if err := advisory.WithXactLock(ctx, db, advisory.IntKey(key), noop, advisory.WithTimeout(5*time.Second)); err != nil {
+					if err := advisory.WithXactLock(ctx, db, advisory.IntKey(key), noop, drv.bound); err != nil {
 						b.Fatal(err)
 					}
 				}

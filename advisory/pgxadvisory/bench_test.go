@@ -20,10 +20,11 @@ import (
 // BenchmarkXactLockCycle measures one transaction-level lock cycle on one
 // pooled connection, directly on PostgreSQL and through PgBouncer in
 // transaction mode: pgxadvisory.WithXactLock over a pool from
-// pgadvisory.ParsePoolConfig (the path the package recommends), with
-// WithTimeout and without it (what the bound on the waits costs), the same
-// transaction written by hand over that pool (Begin, the lock statement,
-// Commit), and the protocol's ceiling written by hand on a plain pgxpool (a
+// pgadvisory.ParsePoolConfig (the path the package recommends), under
+// WithLockTimeout (the ceiling's bound: lock_timeout on the server), under
+// WithTimeout (path=pgxadvisory-guarded-clientbound: what its bound on the
+// client costs) and without a bound, the same transaction written by hand
+// over that pool (Begin, the lock statement, Commit), and the protocol's ceiling written by hand on a plain pgxpool (a
 // pgx.Batch of BEGIN and set_config + pg_advisory_xact_lock, then COMMIT:
 // the same two round trips). Compare the paths within one run:
 //
@@ -119,8 +120,9 @@ func BenchmarkXactLockCycleParallel(b *testing.B) {
 
 // xactLockPaths are the lock cycles the benchmarks compare: the protocol's
 // ceiling written by hand on a plain pgxpool, pgxadvisory.WithXactLock over
-// a pool from pgadvisory.ParsePoolConfig (with WithTimeout, and without it),
-// and its transaction written by hand over such a pool.
+// a pool from pgadvisory.ParsePoolConfig (under WithTimeout, under
+// WithLockTimeout and without either), and its transaction written by hand
+// over such a pool.
 var xactLockPaths = []struct {
 	name    string
 	guarded bool
@@ -143,6 +145,11 @@ var xactLockPaths = []struct {
 		return err
 	}},
 	{"pgxadvisory-guarded", true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+		// The ceiling's bound: lock_timeout on the server, nothing on the client.
+		return pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error { return nil }, advisory.WithLockTimeout(5e9))
+	}},
+	{"pgxadvisory-guarded-clientbound", true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
+		// WithTimeout: the same lock_timeout, and a bound on the client too.
 		return pgxadvisory.WithXactLock(ctx, pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error { return nil }, advisory.WithTimeout(5e9))
 	}},
 	{"pgxadvisory-guarded-untimed", true, parseGuarded, func(ctx context.Context, pool *pgxpool.Pool, key int64) error {
@@ -167,7 +174,7 @@ var xactLockPaths = []struct {
 const xactLockByHand = "pgx-tx-guarded"
 
 // benchLockSQL is the lock statement the hand-written paths send, the one
-// WithXactLock sends under WithTimeout.
+// WithXactLock sends under WithTimeout or WithLockTimeout.
 const benchLockSQL = "SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2)"
 
 func parseGuarded(dsn string) (*pgxpool.Config, error) { return pgadvisory.ParsePoolConfig(dsn) }

@@ -43,7 +43,7 @@ const (
 
 var (
 	allWorkloads = []string{workloadUncontended, workloadContended, workloadHot}
-	allVariants  = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+	allVariants  = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m"}
 	allPaths     = []string{string(bench.PathDirect), string(bench.PathPgBouncer)}
 )
 
@@ -88,7 +88,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per cell")
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat the whole matrix this many times (variant order alternates); rates are totals, with the per-round range")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "workloads to run: "+strings.Join(allWorkloads, ","))
-	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool, g pgxadvisory.WithXactLock+guarded pgxpool, h the seed's Begin/SET LOCAL/try-lock/Commit over a guarded and a plain pgxpool, i session lock+unlock under policy hold (PgBouncer transaction pooling) and plain (session pooling), 1 worker, j raw pgx Batch on a database/sql connection (ceiling for database/sql), k (c)'s transaction by hand over database/sql and the pgadvisory driver, l (g)'s transaction by hand over a guarded pgxpool")
+	variants := fs.String("variants", strings.Join(allVariants, ","), "variants: a naive pgxpool, b WithXactLock+pgx, c WithXactLock+pgadvisory, d Redlock, e raw pgx Batch (ceiling), f pgxadvisory.WithXactLock+pgxpool, g pgxadvisory.WithXactLock+guarded pgxpool, h the seed's Begin/SET LOCAL/try-lock/Commit over a guarded and a plain pgxpool, i session lock+unlock under policy hold (PgBouncer transaction pooling) and plain (session pooling), 1 worker, j raw pgx Batch on a database/sql connection (ceiling for database/sql), k (c)'s transaction by hand over database/sql and the pgadvisory driver, l (g)'s transaction by hand over a guarded pgxpool, m (g) under WithTimeout instead of WithLockTimeout (a bound on the client too)")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "PostgreSQL paths: direct,pgbouncer")
 	fs.IntVar(&o.hotWorkers, "hot-workers", defaultHotWorkers(), "workers of the hot-set workload (default 32 per CPU, 32..256)")
 	fs.IntVar(&o.hotKeys, "hot-keys", 8, "keys of the hot-set workload")
@@ -268,7 +268,7 @@ func (o *benchOptions) has(list []string, item string) bool { return slices.Cont
 
 func (o *benchOptions) needPostgres() bool {
 	return o.has(o.variants, "a") || o.has(o.variants, "b") || o.has(o.variants, "c") || o.has(o.variants, "e") ||
-		o.has(o.variants, "f") || o.has(o.variants, "g") || o.has(o.variants, "h") || o.has(o.variants, "i") || o.overhead
+		o.has(o.variants, "f") || o.has(o.variants, "g") || o.has(o.variants, "h") || o.has(o.variants, "i") || o.has(o.variants, "m") || o.overhead
 }
 
 func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr io.Writer) (err error) {
@@ -370,7 +370,7 @@ func (o *benchOptions) run(ctx context.Context, cmdline string, stdout, stderr i
 	}()
 
 	locks, err := o.lockVariants()
-	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}, {Num: "b", Den: "j"}, {Num: "c", Den: "j"}, {Num: "j", Den: "e"}, {Num: "c", Den: "k"}, {Num: "k", Den: "j"}, {Num: "g", Den: "l"}, {Num: "l", Den: "e"}, {Num: "h", Den: "h-plain"}, {Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
+	refs := []bench.Ref{{Num: "c", Den: "e"}, {Num: "g", Den: "e"}, {Num: "b", Den: "j"}, {Num: "c", Den: "j"}, {Num: "j", Den: "e"}, {Num: "c", Den: "k"}, {Num: "k", Den: "j"}, {Num: "g", Den: "l"}, {Num: "l", Den: "e"}, {Num: "m", Den: "g"}, {Num: "h", Den: "h-plain"}, {Num: "i", Den: "i-plain", DenPath: bench.PathPgBouncerSession}}
 	if err != nil {
 		return err
 	}
@@ -713,6 +713,8 @@ func (o *benchOptions) lockVariants() ([]bench.Variant, error) {
 				vs = append(vs, bench.PgxXactLock("f", safe, path, o.lockTimeout))
 			case "g":
 				vs = append(vs, bench.GuardedPgxXactLock("g", dsn, path, o.lockTimeout))
+			case "m":
+				vs = append(vs, bench.GuardedPgxXactLockClientBound("m", dsn, path, o.lockTimeout))
 			case "h":
 				vs = append(vs, bench.SeedPattern("h", dsn, path, true, o.lockTimeout),
 					bench.SeedPattern("h-plain", safe, path, false, o.lockTimeout))
@@ -934,12 +936,13 @@ func (o *benchOptions) environment(loadStart float64, haveLoad bool, loadEnd flo
 
 func (o *benchOptions) notes() []string {
 	return []string{
-		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock: BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement. (f) runs the same lock code through pgxadvisory.WithXactLock on pgxpool, without database/sql: three round trips.",
+		"(a) sends BEGIN, SET LOCAL lock_timeout, SELECT pg_advisory_xact_lock($1), COMMIT: four round trips. (b) and (c) run advisory.WithXactLock under WithLockTimeout (lock_timeout on the server, the ceiling's bound): BEGIN, one SELECT set_config('lock_timeout', …), pg_advisory_xact_lock(…), COMMIT — three round trips with pgx stdlib, fewer when the pgadvisory driver pipelines BEGIN with the first statement. (f) runs the same lock code through pgxadvisory.WithXactLock on pgxpool, without database/sql: three round trips.",
 		fmt.Sprintf("Through PgBouncer, (a), (b), (e) and (f) use pgx's default_query_exec_mode=%s, added to the DSN: pgx's default (cache_statement) prepares named statements, which break behind transaction pooling (42P05/26000 errors). (c) gets the DSN with pgadvisory_pool_mode=transaction (as the driver's documentation recommends; otherwise it detects the pooler and assumes transaction mode with a warning) and no exec mode: the driver picks a safe one itself.", o.bouncerExecMode),
 		"(d) uses redsync's defaults: 8 s expiry, up to 32 tries 50–250 ms apart, quorum of a majority; a contended Redlock sleeps and retries where PostgreSQL queues the waiter, so its contended latency is dominated by the retry delay.",
 		"(g) is (f) over a guarded pgxpool (pgadvisory.ConfigurePool, as pgadvisory.ParsePoolConfig makes it; the DSN as (c) gets it), which pipelines BEGIN with the lock: two round trips. (h) is the widely copied try-lock pattern unchanged (pool.Begin, SET LOCAL lock_timeout, SELECT pg_try_advisory_xact_lock($1), Commit) over a guarded pgxpool, beside (h-plain), the same over a plain pgxpool; a try that finds the key taken counts as a cycle in both.",
 		"(j) is (e)'s cycle on a connection taken from a database/sql pool of pgx stdlib connections (sql.Conn.Raw): what the protocol allows through database/sql. (j)/(e) is database/sql's own cost; (b)/(j) and (c)/(j) are what WithXactLock and the driver cost on top of it.",
-		"(k) is (c)'s transaction written by hand (db.BeginTx, tx.ExecContext of the lock statement, tx.Commit) over the pgadvisory driver, and (l) is (g)'s written by hand (pool.Begin, tx.Exec, tx.Commit) over a guarded pgxpool; neither sets a client-side bound. (c)/(k) and (g)/(l) are what the helpers cost (WithTimeout's bound on the wait for a connection and for the answer, typed errors); (k)/(j) is what a database/sql transaction costs on the same pool, and (l)/(e) what pgx's transaction API costs through the guard.",
+		"(k) is (c)'s transaction written by hand (db.BeginTx, tx.ExecContext of the lock statement, tx.Commit) over the pgadvisory driver, and (l) is (g)'s written by hand (pool.Begin, tx.Exec, tx.Commit) over a guarded pgxpool; like (c), (e) and (g) they set no client-side bound. (c)/(k) and (g)/(l) are what the helpers cost (options, typed errors); (k)/(j) is what a database/sql transaction costs on the same pool, and (l)/(e) what pgx's transaction API costs through the guard.",
+		"(m) is (g) under WithTimeout instead of WithLockTimeout: the same lock_timeout, and a bound on the client as well (a timer and a context of its own) on the wait for a pool connection and for the lock statement's answer, for a statement queued in a pooler. (m)/(g) is what that bound costs.",
 		fmt.Sprintf("(i) takes SELECT pg_advisory_lock($1), then SELECT pg_advisory_unlock($1), on one pooled connection under pgadvisory_policy=hold behind PgBouncer transaction pooling (the guard keeps the lock on a holder connection); (i-plain) is plain pgx through PgBouncer session pooling. Both run only in workloads of at most %d worker: behind session pooling every client pins one of the pool's server connections.", holdWorkers),
 		"Latency columns are acquisition latency; throughput counts full cycles (acquire and release).",
 	}

@@ -40,6 +40,8 @@ var lockCells = []lockCell{
 		"XactLockCycle$/target=direct/path=pgx-tx-guarded$"},
 	{"g", "pgxadvisory.WithXactLock, guarded pgxpool", "advisory/pgxadvisory",
 		"XactLockCycle$/target=direct/path=pgxadvisory-guarded$"},
+	{"m", "pgxadvisory.WithXactLock under WithTimeout, guarded pgxpool", "advisory/pgxadvisory",
+		"XactLockCycle$/target=direct/path=pgxadvisory-guarded-clientbound$"},
 	{"b", "advisory.WithXactLock, database/sql over pgx stdlib", ".",
 		"XactLockCycle$/target=direct/driver=pgx-stdlib$"},
 	{"c", "advisory.WithXactLock, database/sql over the pgadvisory driver", ".",
@@ -55,7 +57,7 @@ type cellFlags struct {
 // of iteration counts, kept what -keep keeps besides the test binaries.
 func addCellFlags(fs *flag.FlagSet, cycles, kept string) cellFlags {
 	return cellFlags{
-		cells:  fs.String("cells", "e,l,g,b,c", "the cells to count, by letter: "+cellIDs()),
+		cells:  fs.String("cells", "e,l,g,m,b,c", "the cells to count, by letter: "+cellIDs()),
 		cycles: fs.String("cycles", cycles, "the two iteration counts whose difference is counted"),
 		root:   fs.String("root", ".", "the repository's root (its go.mod is the library's)"),
 		keep:   fs.String("keep", "", "keep the test binaries and "+kept+" in this directory (default: a temporary one, removed)"),

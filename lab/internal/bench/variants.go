@@ -22,7 +22,8 @@ import (
 )
 
 // DefaultLockTimeout is the lock_timeout every PostgreSQL variant sets for
-// its lock (the naive pattern's SET LOCAL, WithXactLock's WithTimeout).
+// its lock (the naive pattern's SET LOCAL, WithXactLock's WithLockTimeout,
+// or WithTimeout where a variant says so).
 const DefaultLockTimeout = 5 * time.Second
 
 // PgxDriver is the database/sql driver name of pgx's stdlib package.
@@ -305,7 +306,7 @@ func prefillPgxpool(ctx context.Context, pool *pgxpool.Pool, conns int) error {
 // with the given driver ("pgx" or "pgadvisory").
 func XactLock(id, name, driverName, dsn string, path Path, lockTimeout time.Duration) Variant {
 	return sqlVariant(id, name, driverName, dsn, path, func(db *sql.DB) Target {
-		return &xactTarget{db: db, opt: advisory.WithTimeout(lockTimeout)}
+		return &xactTarget{db: db, opt: advisory.WithLockTimeout(lockTimeout)}
 	})
 }
 
@@ -339,7 +340,7 @@ func PgxXactLock(id, dsn string, path Path, lockTimeout time.Duration) Variant {
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s: %w", name, err)
 			}
-			return &pgxXactTarget{pool: pool, opt: advisory.WithTimeout(lockTimeout)}, nil
+			return &pgxXactTarget{pool: pool, opt: advisory.WithLockTimeout(lockTimeout)}, nil
 		},
 	}
 }

@@ -87,17 +87,29 @@ func (p *poolCycleTarget) Cycle(ctx context.Context, key int64) (time.Duration, 
 
 // GuardedPgxXactLock is variant (g): pgxadvisory.WithXactLock over a
 // guarded pgxpool (the pool pgadvisory.ParsePoolConfig makes) — the path
-// recommended to pgx users, BEGIN pipelined with the lock, then COMMIT.
+// recommended to pgx users, BEGIN pipelined with the lock, then COMMIT —
+// under WithLockTimeout, the bound the ceiling (e) sets: lock_timeout on the
+// server, nothing on the client.
 func GuardedPgxXactLock(id, dsn string, path Path, lockTimeout time.Duration) Variant {
-	opt := advisory.WithTimeout(lockTimeout)
-	return poolVariant(id, "pgxadvisory.WithXactLock, guarded pgxpool", dsn, path, true,
+	return guardedPgxXactLock(id, "pgxadvisory.WithXactLock, guarded pgxpool", dsn, path, advisory.WithLockTimeout(lockTimeout))
+}
+
+// GuardedPgxXactLockClientBound is variant (m): (g) under WithTimeout, which
+// bounds the wait for a connection and for the lock statement's answer on
+// the client as well. (m)/(g) is what that bound costs.
+func GuardedPgxXactLockClientBound(id, dsn string, path Path, lockTimeout time.Duration) Variant {
+	return guardedPgxXactLock(id, "pgxadvisory.WithXactLock under WithTimeout, guarded pgxpool", dsn, path, advisory.WithTimeout(lockTimeout))
+}
+
+func guardedPgxXactLock(id, name, dsn string, path Path, bound advisory.LockOption) Variant {
+	return poolVariant(id, name, dsn, path, true,
 		func(p *pgxPoolTarget, ctx context.Context, key int64) (time.Duration, error) {
 			start := time.Now()
 			var acq time.Duration
 			err := pgxadvisory.WithXactLock(ctx, p.pool, advisory.IntKey(key), func(context.Context, pgx.Tx) error {
 				acq = time.Since(start)
 				return nil
-			}, opt)
+			}, bound)
 			return acq, err
 		})
 }
