@@ -296,8 +296,8 @@ func TestSelectSuites(t *testing.T) {
 }
 
 // TestReportRechecks: a regression that the reruns reproduce (more guarded
-// failures than plain) counts, with its tallies; one they do not is listed
-// apart and not counted.
+// failures than plain, by more than chance) counts, with its tallies; one
+// they do not is listed apart and not counted.
 func TestReportRechecks(t *testing.T) {
 	plain := result(map[string]Outcome{"TestA": Pass, "TestB": Pass, "TestB/x": Pass})
 	guarded := result(map[string]Outcome{"TestA": Fail, "TestB": Fail, "TestB/x": Fail})
@@ -314,7 +314,7 @@ func TestReportRechecks(t *testing.T) {
 		t.Fatalf("unexpectedTests = %q, want the top-level tests TestA TestB", got)
 	}
 	rc := Rechecks{
-		{"postgres", "stdlib", "TestA"}: {Runs: 10, GuardedFails: 3, PlainFails: 0},
+		{"postgres", "stdlib", "TestA"}: {Runs: 10, GuardedFails: 9, PlainFails: 0},
 		{"postgres", "stdlib", "TestB"}: {Runs: 10, GuardedFails: 1, PlainFails: 2},
 	}
 	var b strings.Builder
@@ -326,8 +326,8 @@ func TestReportRechecks(t *testing.T) {
 	for _, want := range []string{
 		"stdlib  postgres  declared   2/0/0 [3/0/0]  0/2/0 [0/3/0]  1",
 		"not reproduced",
-		"stdlib TestB via postgres: on 10 reruns each: failed guarded 1, plain 2",
-		"[on 10 reruns each: failed guarded 3, plain 0]",
+		"stdlib TestB via postgres: on 10 reruns each: failed guarded 1, plain 2 (p = 0.89)",
+		"[on 10 reruns each: failed guarded 9, plain 0 (p = 6e-05)]",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -336,7 +336,8 @@ func TestReportRechecks(t *testing.T) {
 }
 
 // TestRecheckSuite: the reruns alternate plain and guarded, n times each,
-// and tally every test's failures on each side.
+// and tally every test's failures on each side; a test they leave undecided
+// is run escalation × n times more, and all its counts decide.
 func TestRecheckSuite(t *testing.T) {
 	var order []string
 	calls := map[bool]int{}
@@ -347,20 +348,34 @@ func TestRecheckSuite(t *testing.T) {
 			return fails(calls[guarded]), nil
 		}
 	}
+	// TestA fails guarded every time (a regression), TestB plain once,
+	// TestC guarded once (chance), TestD guarded every other time (a
+	// regression that shows only sometimes).
 	plainSide := side(false, func(i int) map[string]bool { return map[string]bool{"TestB": i == 2} })
-	guardedSide := side(true, func(i int) map[string]bool { return map[string]bool{"TestA": i <= 2, "TestB": false} })
-	got, err := recheckSuite(context.Background(), suite{}, []string{"TestA", "TestB"}, 3, plainSide, guardedSide)
+	guardedSide := side(true, func(i int) map[string]bool {
+		return map[string]bool{"TestA": true, "TestC": i == 1, "TestD": i%2 == 0}
+	})
+	const n = 10
+	got, err := recheckSuite(context.Background(), suite{}, []string{"TestA", "TestB", "TestC", "TestD"}, n, plainSide, guardedSide)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, "") != "pgpgpg" {
-		t.Errorf("order = %v, want plain and guarded alternately", order)
+	if want := strings.Repeat("pg", n+escalation*n); strings.Join(order, "") != want {
+		t.Errorf("order = %v, want plain and guarded alternately, %d times each", order, n+escalation*n)
 	}
-	if a := got["TestA"]; a != (Recheck{Runs: 3, GuardedFails: 2}) || !a.Reproduced() {
-		t.Errorf("TestA = %+v, want 2 guarded failures of 3, reproduced", a)
+	want := map[string]struct {
+		r          Recheck
+		reproduced bool
+	}{
+		"TestA": {Recheck{Runs: n, GuardedFails: n}, true},
+		"TestB": {Recheck{Runs: n, PlainFails: 1}, false},
+		"TestC": {Recheck{Runs: n + escalation*n, GuardedFails: 1}, false},
+		"TestD": {Recheck{Runs: n + escalation*n, GuardedFails: (n + escalation*n) / 2}, true},
 	}
-	if b := got["TestB"]; b != (Recheck{Runs: 3, PlainFails: 1}) || b.Reproduced() {
-		t.Errorf("TestB = %+v, want 1 plain failure of 3, not reproduced", b)
+	for name, w := range want {
+		if r := got[name]; r != w.r || r.Reproduced() != w.reproduced {
+			t.Errorf("%s = %+v (reproduced %v), want %+v (reproduced %v)", name, r, r.Reproduced(), w.r, w.reproduced)
+		}
 	}
 	boom := errors.New("boom")
 	if _, err := recheckSuite(context.Background(), suite{}, []string{"TestA"}, 2, plainSide,

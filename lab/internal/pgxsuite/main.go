@@ -8,7 +8,8 @@
 // answer its detection); the tests that do not are printed, and the exit
 // status is 1 when there is any. Such a test is first run again, -reruns
 // times on each side (recheck.go): it counts only when it fails guarded more
-// often than plain, as some of pgx's tests pass or fail by chance on both.
+// often than plain by more than chance explains, as some of pgx's tests pass
+// or fail by chance on both.
 //
 // The guarded stdlib and pgxpool suites declare the pool mode (direct,
 // session) unless -detect is given; the guarded pgx and pgconn suites never
@@ -104,7 +105,7 @@ func main() {
 	flag.BoolVar(&f.undeclared, "detect", false, "do not declare the pool mode to pgadvisory in the stdlib and pgxpool suites either; leave it to detection")
 	flag.StringVar(&f.suites, "suites", "", "comma-separated suites to run (default all: "+strings.Join(suiteNames(suites), ",")+")")
 	flag.StringVar(&f.module, "module", "", "directory of the pgadvisory module under test (default: the repository root)")
-	flag.IntVar(&f.reruns, "reruns", 10, "run each test that passes plain and not guarded this many times more on each side; it counts only if it fails guarded more often (0: every difference counts)")
+	flag.IntVar(&f.reruns, "reruns", 10, "run each test that passes plain and not guarded this many times more on each side; it counts only if it fails guarded more often than chance explains (p ≤ 0.01), and runs 4 times as often again when fewer failures leave that undecided (0: every difference counts)")
 	flag.StringVar(&f.rev, "rev", "", "test this git revision of the repository (exported with git archive) instead of the working tree")
 	flag.Parse()
 
