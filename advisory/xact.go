@@ -472,8 +472,8 @@ func expired(ctx context.Context, key Key) error {
 }
 
 // waitLimit returns the lock_timeout to send (nil for none): the sooner of
-// WithTimeout and the context deadline. An expired or canceled context is an
-// error, before anything is sent.
+// WithTimeout (or WithLockTimeout) and the context deadline. An expired or
+// canceled context is an error, before anything is sent.
 func waitLimit(ctx context.Context, key Key, c *config) (any, error) {
 	if err := expired(ctx, key); err != nil {
 		return nil, err
