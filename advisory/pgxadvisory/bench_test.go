@@ -24,9 +24,10 @@ import (
 // WithLockTimeout (the ceiling's bound: lock_timeout on the server), under
 // WithTimeout (path=pgxadvisory-guarded-clientbound: what its bound on the
 // client costs) and without a bound, the same transaction written by hand
-// over that pool (Begin, the lock statement, Commit), and the protocol's ceiling written by hand on a plain pgxpool (a
-// pgx.Batch of BEGIN and set_config + pg_advisory_xact_lock, then COMMIT:
-// the same two round trips). Compare the paths within one run:
+// over that pool (Begin, the lock statement, Commit), and the protocol's
+// ceiling written by hand on a plain pgxpool (a pgx.Batch of BEGIN and
+// set_config + pg_advisory_xact_lock, then COMMIT: the same two round
+// trips). Compare the paths within one run:
 //
 //	go test -run '^$' -bench 'XactLockCycle$' -benchmem -count 8 ./advisory/pgxadvisory | tee out.txt
 //	benchstat -col /path out.txt
@@ -120,9 +121,9 @@ func BenchmarkXactLockCycleParallel(b *testing.B) {
 
 // xactLockPaths are the lock cycles the benchmarks compare: the protocol's
 // ceiling written by hand on a plain pgxpool, pgxadvisory.WithXactLock over
-// a pool from pgadvisory.ParsePoolConfig (under WithTimeout, under
-// WithLockTimeout and without either), and its transaction written by hand
-// over such a pool.
+// a pool from pgadvisory.ParsePoolConfig (under WithLockTimeout, under
+// WithTimeout and without either), and its transaction written by hand over
+// such a pool.
 var xactLockPaths = []struct {
 	name    string
 	guarded bool
