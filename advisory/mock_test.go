@@ -115,8 +115,8 @@ func TestXactLockStatements(t *testing.T) {
 }
 
 // The context deadline becomes lock_timeout when it is sooner than
-// WithTimeout or WithLockTimeout; its exact value depends on the clock, so the matcher checks
-// the bound.
+// WithTimeout or WithLockTimeout; its exact value depends on the clock, so
+// the matcher checks the bound.
 type msAtMost time.Duration
 
 func (b msAtMost) Match(v driver.Value) bool {
